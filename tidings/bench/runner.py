@@ -1,0 +1,76 @@
+"""The workload catalogue: names, default sizes, parsing of the lists, and running one spec."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tidings.bench.latency import run_latency
+from tidings.bench.memory import run_memory
+from tidings.bench.results import Result
+from tidings.bench.settings import ProgressFn, Settings, no_progress
+from tidings.bench.throughput import THROUGHPUT_WORKLOADS, run_throughput, subscriber_count
+
+WORKLOADS = (*THROUGHPUT_WORKLOADS, "latency", "memory")
+DEFAULT_WORKLOADS = (*THROUGHPUT_WORKLOADS, "latency")
+DEFAULT_SIZES = "16,128,1KiB,16KiB,64KiB"
+_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20,
+          "mib": 1 << 20}
+
+
+@dataclass(frozen=True)
+class Spec:
+    workload: str
+    size: int = 0  # payload bytes; unused by the memory workload
+
+    def title(self, settings: Settings) -> str:
+        if self.workload == "memory":
+            return f"memory {settings.conns:,} conns x {settings.conn_subs} subs"
+        name = self.workload
+        if name in ("fanout", "queue"):
+            name += str(subscriber_count(name, settings))
+        return f"{name} {format_size(self.size)}"
+
+
+def format_size(n: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1024)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"bad size {text!r} (examples: 16, 128B, 1KiB, 64K)")
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def parse_sizes(text: str) -> list[int]:
+    return [parse_size(part) for part in text.split(",") if part.strip()]
+
+
+def parse_workloads(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        raise ValueError(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
+    return names
+
+
+def plan(workloads: list[str], sizes: list[int]) -> list[Spec]:
+    specs: list[Spec] = []
+    for workload in workloads:
+        if workload == "memory":
+            specs.append(Spec("memory"))
+        else:
+            specs.extend(Spec(workload, size) for size in sizes)
+    return specs
+
+
+def run_spec(spec: Spec, settings: Settings, progress: ProgressFn = no_progress) -> Result:
+    if spec.workload == "latency":
+        return run_latency(spec.size, settings, progress)
+    if spec.workload == "memory":
+        return run_memory(settings, progress)
+    return run_throughput(spec.workload, spec.size, settings, progress)

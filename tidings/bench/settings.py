@@ -1,0 +1,29 @@
+"""What a bench run needs to know: the server, the bounds of each run and the workload shape."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tidings.bench.wire import Endpoint
+
+# Called by a running workload about every 10 ms with (fraction done, messages so far).
+ProgressFn = Callable[[float, int], None]
+
+
+def no_progress(fraction: float, count: int) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Settings:
+    endpoint: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 4222))
+    msgs: int = 5_000_000  # per run; a run also stops after `duration`
+    duration: float = 3.0  # seconds of publishing (or of requests) per run
+    subs: int = 4  # subscribers for fan-out and queue-group workloads
+    server_pid: int | None = None  # enables server CPU and memory figures
+    timeout: float = 10.0  # give up when nothing moves for this long
+    batch_bytes: int = 1 << 20  # pre-encoded frames per sendall
+    conns: int = 10_000  # memory workload: idle connections
+    conn_subs: int = 10  # memory workload: subscriptions per connection
+    settle: float = 1.0  # memory workload: pause before reading the server's RSS
