@@ -1,0 +1,1 @@
+"""NATS Streaming for tidings: protobuf wire messages (pb), durable stores (stores)."""

@@ -1,0 +1,361 @@
+"""The Store interface of the streaming server and the records it stores.
+
+Every backend (memory, file, SQL) implements :class:`Store`. The API is synchronous and
+thread-safe: the asyncio server calls it from the loop thread and may run :meth:`Store.sync`
+in a worker thread while it keeps storing (group commit).
+
+Sequence invariant per channel: ``msgs == last_seq - first_seq + 1``. A channel that never
+had a message has ``first_seq == 1`` and ``last_seq == 0``; once messages are dropped by
+limits, ``first_seq`` moves forward and sequences are never reused.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
+
+__all__ = [
+    "ChannelInfo",
+    "ChannelLimits",
+    "ClientRecord",
+    "CorruptStoreError",
+    "MsgRecord",
+    "ResolvedLimits",
+    "Store",
+    "StoreError",
+    "StoreLimits",
+    "StoreLockedError",
+    "SubRecord",
+    "TooManyChannelsError",
+    "TooManySubsError",
+    "UnknownChannelError",
+    "UnknownSubscriptionError",
+]
+
+NANOS = 1_000_000_000
+
+
+class StoreError(Exception):
+    """Base class of store errors."""
+
+
+class TooManyChannelsError(StoreError):
+    def __init__(self) -> None:
+        super().__init__("too many channels")
+
+
+class TooManySubsError(StoreError):
+    def __init__(self) -> None:
+        super().__init__("too many subscriptions per channel")
+
+
+class UnknownChannelError(StoreError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"unknown channel: {name!r}")
+        self.channel = name
+
+
+class UnknownSubscriptionError(StoreError):
+    def __init__(self, channel: str, sub_id: int) -> None:
+        super().__init__(f"unknown subscription {sub_id} on channel {channel!r}")
+
+
+class StoreLockedError(StoreError):
+    """The store's directory is in use by another server."""
+
+
+class CorruptStoreError(StoreError):
+    """Stored data failed a consistency check that recovery must not silently repair."""
+
+
+class MsgRecord(NamedTuple):
+    """One stored message. ``timestamp`` is Unix nanoseconds; ``subject`` is the channel."""
+
+    seq: int
+    timestamp: int
+    subject: str
+    reply: str
+    data: bytes
+    redelivered: bool = False
+
+    @property
+    def size(self) -> int:
+        """Bytes counted against the channel's max_bytes limit (the payload)."""
+        return len(self.data)
+
+
+@dataclass(slots=True)
+class ClientRecord:
+    """A connected streaming client, as registered by a ConnectRequest."""
+
+    client_id: str
+    hb_inbox: str = ""
+    conn_id: bytes = b""
+    protocol: int = 0
+    ping_interval: int = 0
+    ping_max_out: int = 0
+
+
+@dataclass(slots=True)
+class SubRecord:
+    """A subscription's durable state.
+
+    ``last_sent`` is the highest sequence delivered; ``pending`` the delivered sequences not
+    yet acknowledged. Both are maintained by :meth:`Store.add_pending` and :meth:`Store.ack`.
+    ``ack_wait`` is in seconds. ``id`` is assigned by :meth:`Store.create_sub`.
+    """
+
+    client_id: str = ""
+    inbox: str = ""
+    ack_inbox: str = ""
+    queue_group: str = ""
+    durable_name: str = ""
+    max_in_flight: int = 0
+    ack_wait: int = 0
+    is_durable: bool = False
+    is_closed: bool = False
+    last_sent: int = 0
+    pending: set[int] = field(default_factory=set)
+    id: int = 0
+
+    @property
+    def acked_through(self) -> int:
+        """Highest sequence such that every delivered message up to it is acknowledged."""
+        return min(self.pending) - 1 if self.pending else self.last_sent
+
+    def copy(self) -> SubRecord:
+        return replace(self, pending=set(self.pending))
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelInfo:
+    name: str
+    msgs: int
+    bytes: int
+    first_seq: int
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelLimits:
+    """Per-channel overrides; ``None`` inherits the store-wide value, 0 means unlimited."""
+
+    max_msgs: int | None = None
+    max_bytes: int | None = None
+    max_age: float | None = None
+    max_subs: int | None = None
+
+
+class ResolvedLimits(NamedTuple):
+    max_msgs: int
+    max_bytes: int
+    max_age_ns: int
+    max_subs: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLimits:
+    """Store-wide limits (0 = unlimited); ``max_age`` in seconds.
+
+    ``channels`` maps a channel name, or a pattern with ``*`` / ``>`` wildcards, to its
+    overrides. An exact name wins over patterns; among patterns the first match wins.
+    """
+
+    max_channels: int = 100
+    max_msgs: int = 1_000_000
+    max_bytes: int = 1_024_000_000
+    max_age: float = 0.0
+    max_subs: int = 1000
+    channels: Mapping[str, ChannelLimits] = field(default_factory=dict)
+
+    def for_channel(self, name: str) -> ResolvedLimits:
+        over = self.channels.get(name)
+        if over is None:
+            for pattern, candidate in self.channels.items():
+                if _matches(pattern, name):
+                    over = candidate
+                    break
+        if over is None:
+            over = ChannelLimits()
+
+        def pick(value: float | None, default: float) -> float:
+            return default if value is None else value
+
+        return ResolvedLimits(
+            max_msgs=int(pick(over.max_msgs, self.max_msgs)),
+            max_bytes=int(pick(over.max_bytes, self.max_bytes)),
+            max_age_ns=int(pick(over.max_age, self.max_age) * NANOS),
+            max_subs=int(pick(over.max_subs, self.max_subs)),
+        )
+
+
+def _matches(pattern: str, name: str) -> bool:
+    if "*" not in pattern and ">" not in pattern:
+        return False
+    ptoks, ntoks = pattern.split("."), name.split(".")
+    for i, tok in enumerate(ptoks):
+        if tok == ">":
+            return len(ntoks) > i
+        if i >= len(ntoks) or (tok != "*" and tok != ntoks[i]):
+            return False
+    return len(ptoks) == len(ntoks)
+
+
+def now_ns() -> int:
+    return time.time_ns()
+
+
+class Store(ABC):
+    """The streaming server's storage: channels of messages, clients, subscriptions.
+
+    Durability contract: every mutation made before a call to :meth:`sync` is durable when
+    it returns, according to the store's sync policy. :meth:`flush` hands buffered writes
+    to the OS (or database) without forcing them to disk.
+    """
+
+    kind: str
+    limits: StoreLimits
+
+    # --- server identity -------------------------------------------------------------
+
+    @abstractmethod
+    def server_info(self) -> dict[str, str]:
+        """What :meth:`set_server_info` stored last (e.g. the cluster id), or ``{}``."""
+
+    @abstractmethod
+    def set_server_info(self, info: Mapping[str, str]) -> None: ...
+
+    # --- channels ----------------------------------------------------------------------
+
+    @abstractmethod
+    def channels(self) -> list[str]: ...
+
+    @abstractmethod
+    def has_channel(self, name: str) -> bool: ...
+
+    @abstractmethod
+    def create_channel(self, name: str) -> bool:
+        """Create the channel if needed; True if it was created. Raises TooManyChannelsError."""
+
+    @abstractmethod
+    def delete_channel(self, name: str) -> None:
+        """Remove a channel with its messages and subscriptions."""
+
+    @abstractmethod
+    def channel_info(self, name: str) -> ChannelInfo: ...
+
+    @abstractmethod
+    def channel_limits(self, name: str) -> ResolvedLimits: ...
+
+    # --- messages ----------------------------------------------------------------------
+
+    @abstractmethod
+    def store_msgs(
+        self, channel: str, msgs: Iterable[tuple[str, bytes]], timestamp: int | None = None
+    ) -> range:
+        """Append ``(reply, data)`` messages, creating the channel if needed.
+
+        Returns the assigned sequences. Timestamps are ``timestamp`` (Unix ns) or now, and
+        never go backwards within a channel. Limits are enforced afterwards (oldest first,
+        the newest message is always kept).
+        """
+
+    def store_msg(self, channel: str, reply: str, data: bytes, timestamp: int | None = None) -> int:
+        return self.store_msgs(channel, ((reply, data),), timestamp)[0]
+
+    @abstractmethod
+    def restore_msgs(self, channel: str, records: Iterable[MsgRecord]) -> int:
+        """Append records keeping their sequence and timestamp (imports).
+
+        The first record of an empty channel sets its first sequence; after that the
+        sequences must follow on without gaps. Returns how many were stored.
+        """
+
+    @abstractmethod
+    def lookup(self, channel: str, seq: int) -> MsgRecord | None:
+        """The message with that sequence, or None if it is not (or no longer) stored."""
+
+    @abstractmethod
+    def get_msgs(self, channel: str, start_seq: int, max_count: int) -> list[MsgRecord]:
+        """Up to ``max_count`` consecutive messages from ``max(start_seq, first_seq)``."""
+
+    @abstractmethod
+    def first_last(self, channel: str) -> tuple[int, int]: ...
+
+    @abstractmethod
+    def seq_for_timestamp(self, channel: str, timestamp: int) -> int:
+        """First sequence whose timestamp is >= ``timestamp``, or ``last_seq + 1``."""
+
+    @abstractmethod
+    def expire_msgs(self, now: int | None = None) -> int | None:
+        """Drop messages older than their channel's max age.
+
+        Returns the Unix-ns time of the next expiry, or None if nothing is due to expire.
+        """
+
+    # --- clients -----------------------------------------------------------------------
+
+    @abstractmethod
+    def add_client(self, client: ClientRecord) -> None:
+        """Register (or replace) a client."""
+
+    @abstractmethod
+    def delete_client(self, client_id: str) -> bool: ...
+
+    @abstractmethod
+    def client(self, client_id: str) -> ClientRecord | None: ...
+
+    @abstractmethod
+    def clients(self) -> list[ClientRecord]: ...
+
+    # --- subscriptions -----------------------------------------------------------------
+
+    @abstractmethod
+    def create_sub(self, channel: str, sub: SubRecord) -> int:
+        """Store a new subscription (with its last_sent and pending); returns its new id.
+
+        The channel is created if needed. Raises TooManySubsError.
+        """
+
+    @abstractmethod
+    def update_sub(self, channel: str, sub: SubRecord) -> None:
+        """Replace the state of subscription ``sub.id``; its pending set is kept as stored."""
+
+    @abstractmethod
+    def delete_sub(self, channel: str, sub_id: int) -> None: ...
+
+    @abstractmethod
+    def add_pending(self, channel: str, sub_id: int, seq: int) -> None:
+        """Record that ``seq`` was sent to the subscription (raises last_sent if higher)."""
+
+    @abstractmethod
+    def ack(self, channel: str, sub_id: int, seq: int) -> bool:
+        """Record an acknowledgement; False if ``seq`` was not pending."""
+
+    @abstractmethod
+    def sub(self, channel: str, sub_id: int) -> SubRecord | None:
+        """A copy of one subscription's state."""
+
+    @abstractmethod
+    def subs(self, channel: str) -> list[SubRecord]:
+        """Copies of the channel's subscriptions, by id."""
+
+    # --- durability --------------------------------------------------------------------
+
+    @abstractmethod
+    def flush(self) -> None: ...
+
+    @abstractmethod
+    def sync(self) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

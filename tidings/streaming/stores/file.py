@@ -1,0 +1,427 @@
+"""The file store: segment files per channel, record logs for clients and subscriptions.
+
+Directory layout::
+
+    .lock                   flock'ed while a server uses the directory (holds its pid)
+    server.json             server identity (set_server_info), replaced atomically
+    clients.log             record log: 1 = client (JSON), 2 = client deleted (id)
+    channels/<name>/        one per channel (name percent-encoded), created atomically
+        name                the channel's real name
+        first               first available / last stored sequence (see segments.py)
+        msgs.<seq>.dat/.idx message segments (see segments.py)
+        subs.log            record log: 1 = subscription state (JSON), 2 = deleted (u64 id),
+                            3 = message sent (u64 id, u64 seq), 4 = ack (u64 id, u64 seq)
+
+Sync policy (``sync=``): ``"batch"`` (default) fsyncs in every :meth:`FileStore.sync`, so
+the server calls it once per batch of PubAcks (group commit); ``"interval"`` fsyncs at
+most every ``sync_interval`` seconds; ``"never"`` leaves it to the OS (and to close).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import struct
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .base import (
+    ClientRecord,
+    CorruptStoreError,
+    StoreError,
+    StoreLimits,
+    StoreLockedError,
+    SubRecord,
+)
+from .core import Channel, CoreStore, MsgLog
+from .recordlog import RecordLog, fsync_dir
+from .segments import FileMsgLog
+
+CLIENTS_MAGIC = b"TDCLIS01"
+SUBS_MAGIC = b"TDSUBS01"
+REC_PUT, REC_DEL, REC_SENT, REC_ACK = 1, 2, 3, 4
+SEQ_REC = struct.Struct("<QQ")
+ID_REC = struct.Struct("<Q")
+SYNC_POLICIES = ("batch", "interval", "never")
+_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
+_COMPACT_MIN = 16384
+_fsync = getattr(os, "fdatasync", os.fsync)
+
+
+def encode_dir_name(name: str) -> str:
+    """A file-system-safe, reversible directory name for a channel."""
+    out = []
+    for i, c in enumerate(name):
+        if c in _SAFE and not (i == 0 and c == "."):
+            out.append(c)
+        else:
+            out.extend(f"%{b:02X}" for b in c.encode())
+    enc = "".join(out)
+    if len(enc) > 200:
+        import hashlib
+
+        enc = enc[:150] + "~" + hashlib.sha256(name.encode()).hexdigest()[:32]
+    return enc
+
+
+def sub_to_json(sub: SubRecord) -> bytes:
+    return json.dumps(
+        {
+            "id": sub.id,
+            "client_id": sub.client_id,
+            "inbox": sub.inbox,
+            "ack_inbox": sub.ack_inbox,
+            "queue_group": sub.queue_group,
+            "durable_name": sub.durable_name,
+            "max_in_flight": sub.max_in_flight,
+            "ack_wait": sub.ack_wait,
+            "is_durable": sub.is_durable,
+            "is_closed": sub.is_closed,
+            "last_sent": sub.last_sent,
+            "pending": sorted(sub.pending),
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def sub_from_json(raw: bytes) -> SubRecord:
+    d = json.loads(raw)
+    d["pending"] = set(d["pending"])
+    return SubRecord(**d)
+
+
+def client_to_json(c: ClientRecord) -> bytes:
+    return json.dumps(
+        {
+            "client_id": c.client_id,
+            "hb_inbox": c.hb_inbox,
+            "conn_id": c.conn_id.hex(),
+            "protocol": c.protocol,
+            "ping_interval": c.ping_interval,
+            "ping_max_out": c.ping_max_out,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def client_from_json(raw: bytes) -> ClientRecord:
+    d = json.loads(raw)
+    d["conn_id"] = bytes.fromhex(d["conn_id"])
+    return ClientRecord(**d)
+
+
+class _LogState:
+    """A record log and when to consider compacting it."""
+
+    __slots__ = ("log", "compact_at")
+
+    def __init__(self, log: RecordLog) -> None:
+        self.log = log
+        self.compact_at = max(_COMPACT_MIN, 2 * log.records)
+
+
+class FileStore(CoreStore):
+    kind = "file"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        limits: StoreLimits | None = None,
+        *,
+        sync: str = "batch",
+        sync_interval: float = 1.0,
+        segment_bytes: int = 64 * 1024 * 1024,
+        cache_msgs: int = 1024,
+        truncate_corrupt: bool = False,
+    ) -> None:
+        if sync not in SYNC_POLICIES:
+            raise ValueError(f"sync must be one of {SYNC_POLICIES}, not {sync!r}")
+        super().__init__(limits)
+        self.root = Path(path)
+        self.sync_policy = sync
+        self.sync_interval = sync_interval
+        self.segment_bytes = segment_bytes
+        self.cache_msgs = cache_msgs
+        self.truncate_corrupt = truncate_corrupt
+        self._sync_lock = threading.Lock()
+        self._to_close: list[int] = []
+        self._fsync_fds: set[int] = set()
+        self._dirty_logs: set[FileMsgLog] = set()
+        self._dirty_subs: set[Channel] = set()
+        self._clients_dirty = False
+        self._last_sync = 0.0
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _lock_directory(self.root)
+        try:
+            self._open()
+        except BaseException:
+            self._release()
+            raise
+
+    # --- opening --------------------------------------------------------------------
+
+    def _open(self) -> None:
+        self._chan_root = self.root / "channels"
+        self._chan_root.mkdir(exist_ok=True)
+        info = self.root / "server.json"
+        if info.exists():
+            self._info = json.loads(info.read_text())
+        clients = RecordLog(self.root / "clients.log", CLIENTS_MAGIC, self._retire)
+        for rtype, payload in clients.open(self.truncate_corrupt):
+            if rtype == REC_PUT:
+                rec = client_from_json(payload)
+                self._clients[rec.client_id] = rec
+            elif rtype == REC_DEL:
+                self._clients.pop(payload.decode(), None)
+        self._clients_log = _LogState(clients)
+        for d in sorted(self._chan_root.iterdir()):
+            if d.name.startswith(".tmp-"):
+                shutil.rmtree(d, ignore_errors=True)
+            elif d.is_dir():
+                self._recover_channel(d)
+        self._enforce_all()
+
+    def _recover_channel(self, d: Path) -> None:
+        try:
+            name = (d / "name").read_text()
+        except FileNotFoundError as exc:
+            raise CorruptStoreError(f"{d}: channel directory without a name file") from exc
+        ch = self._attach_channel(name)
+        log = self._make_log(ch, d)
+        log.recover(self.truncate_corrupt)
+        ch.log = log
+        subs = RecordLog(d / "subs.log", SUBS_MAGIC, self._retire)
+        for rtype, payload in subs.open(self.truncate_corrupt):
+            if rtype == REC_PUT:
+                sub = sub_from_json(payload)
+                self._attach_sub(ch, sub)
+            elif rtype == REC_DEL:
+                ch.subs.pop(ID_REC.unpack(payload)[0], None)
+            elif rtype == REC_SENT:
+                sub_id, seq = SEQ_REC.unpack(payload)
+                rec = ch.subs.get(sub_id)
+                if rec is not None:
+                    rec.pending.add(seq)
+                    rec.last_sent = max(rec.last_sent, seq)
+            elif rtype == REC_ACK:
+                sub_id, seq = SEQ_REC.unpack(payload)
+                rec = ch.subs.get(sub_id)
+                if rec is not None:
+                    rec.pending.discard(seq)
+        ch.backend = _LogState(subs)
+
+    def _make_log(self, ch: Channel, d: Path) -> FileMsgLog:
+        lim = ch.limits
+        seg_bytes = self.segment_bytes
+        if lim.max_bytes:
+            seg_bytes = min(seg_bytes, max(lim.max_bytes // 4, 4096))
+        return FileMsgLog(
+            d,
+            self._retire,
+            segment_bytes=seg_bytes,
+            segment_msgs=max(lim.max_msgs // 4, 1) if lim.max_msgs else 0,
+            segment_age_ns=max(lim.max_age_ns // 4, 1_000_000_000) if lim.max_age_ns else 0,
+            cache_msgs=self.cache_msgs,
+            subject=ch.name,
+            dirty=self._dirty_logs,
+            sync_on_rotate=self.sync_policy != "never",
+        )
+
+    # --- hooks ----------------------------------------------------------------------
+
+    def _new_log(self, ch: Channel) -> MsgLog:
+        enc = encode_dir_name(ch.name)
+        final = self._chan_root / enc
+        if final.exists():
+            raise StoreError(f"{final} already exists")
+        tmp = self._chan_root / f".tmp-{enc}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        (tmp / "name").write_text(ch.name)
+        if self.sync_policy != "never":
+            fd = os.open(tmp / "name", os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.rename(tmp, final)
+        if self.sync_policy != "never":
+            fsync_dir(self._chan_root)
+        subs = RecordLog(final / "subs.log", SUBS_MAGIC, self._retire)
+        subs.open()
+        ch.backend = _LogState(subs)
+        return self._make_log(ch, final)
+
+    def _on_channel_deleted(self, ch: Channel) -> None:
+        state: _LogState = ch.backend  # type: ignore[assignment]
+        state.log.close()
+        self._dirty_subs.discard(ch)
+        self._dirty_logs.discard(ch.log)  # type: ignore[arg-type]
+        shutil.rmtree(self._chan_root / encode_dir_name(ch.name), ignore_errors=True)
+        if self.sync_policy != "never":
+            fsync_dir(self._chan_root)
+
+    def _on_server_info(self, info: dict[str, str]) -> None:
+        path = self.root / "server.json"
+        tmp = path.with_name("server.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(info, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(self.root)
+
+    def _on_client_put(self, client: ClientRecord) -> None:
+        self._clients_log.log.append(REC_PUT, client_to_json(client))
+        self._clients_dirty = True
+
+    def _on_client_deleted(self, client_id: str) -> None:
+        self._clients_log.log.append(REC_DEL, client_id.encode())
+        self._clients_dirty = True
+
+    def _on_sub_put(self, ch: Channel, sub: SubRecord) -> None:
+        ch.backend.log.append(REC_PUT, sub_to_json(sub))  # type: ignore[attr-defined]
+        self._dirty_subs.add(ch)
+
+    def _on_sub_deleted(self, ch: Channel, sub_id: int) -> None:
+        ch.backend.log.append(REC_DEL, ID_REC.pack(sub_id))  # type: ignore[attr-defined]
+        self._dirty_subs.add(ch)
+
+    def _on_sent(self, ch: Channel, sub: SubRecord, seq: int) -> None:
+        ch.backend.log.append(REC_SENT, SEQ_REC.pack(sub.id, seq))  # type: ignore[attr-defined]
+        self._dirty_subs.add(ch)
+
+    def _on_acked(self, ch: Channel, sub: SubRecord, seq: int) -> None:
+        ch.backend.log.append(REC_ACK, SEQ_REC.pack(sub.id, seq))  # type: ignore[attr-defined]
+        self._dirty_subs.add(ch)
+
+    # --- durability -----------------------------------------------------------------
+
+    def _retire(self, fd: int) -> None:
+        self._fsync_fds.discard(fd)
+        self._to_close.append(fd)
+
+    def _flush_locked(self) -> None:
+        fds = self._fsync_fds
+        for log in self._dirty_logs:
+            log.flush()
+            fds.update(log.dirty_fds)
+            log.dirty_fds.clear()
+        self._dirty_logs.clear()
+        for ch in self._dirty_subs:
+            state: _LogState = ch.backend  # type: ignore[assignment]
+            self._maybe_compact(state, ch, _sub_records)
+            if state.log.flush():
+                fds.add(state.log.fd)
+        self._dirty_subs.clear()
+        if self._clients_dirty:
+            state = self._clients_log
+            self._maybe_compact(state, None, lambda _: self._client_records())
+            if state.log.flush():
+                fds.add(state.log.fd)
+            self._clients_dirty = False
+
+    def _maybe_compact(
+        self,
+        state: _LogState,
+        ch: Channel | None,
+        snapshot: Callable[[Channel | None], tuple[list[tuple[int, bytes]], int]],
+    ) -> None:
+        """Rewrite a record log from the live state once it is mostly dead records.
+
+        Amortised O(1) per record: a rewrite costs O(live) and happens only after the log
+        has grown to twice the live weight (subscriptions plus their pending sequences).
+        """
+        log = state.log
+        if log.records < state.compact_at:
+            return
+        recs, weight = snapshot(ch)
+        if log.records > 2 * weight:
+            log.buf.clear()
+            log.rewrite(recs)
+        state.compact_at = max(_COMPACT_MIN, 2 * weight, log.records + _COMPACT_MIN // 2)
+
+    def _client_records(self) -> tuple[list[tuple[int, bytes]], int]:
+        return [(REC_PUT, client_to_json(c)) for c in self._clients.values()], len(self._clients)
+
+    def sync(self) -> None:
+        """Write everything stored so far and fsync it (per the sync policy).
+
+        Safe to call from a worker thread: the store stays usable while fsync runs.
+        """
+        with self._sync_lock:
+            with self._lock:
+                if self._closed:
+                    return
+                self._flush_locked()
+                now = time.monotonic()
+                due = self.sync_policy == "batch" or (
+                    self.sync_policy == "interval" and now - self._last_sync >= self.sync_interval
+                )
+                fds: list[int] = []
+                if due:
+                    fds = list(self._fsync_fds)
+                    self._fsync_fds.clear()
+                    self._last_sync = now
+            for fd in fds:
+                _fsync(fd)
+            with self._lock:
+                retired, self._to_close = self._to_close, []
+            for fd in retired:
+                os.close(fd)
+
+    def close(self) -> None:
+        with self._sync_lock, self._lock:
+            if self._closed:
+                return
+            try:
+                self._flush_locked()
+                for fd in self._fsync_fds:
+                    _fsync(fd)
+                self._fsync_fds.clear()
+                for ch in self._channels.values():
+                    ch.log.close()
+                    ch.backend.log.close()  # type: ignore[attr-defined]
+                self._clients_log.log.close()
+                for fd in self._to_close:
+                    _fsync(fd)
+                    os.close(fd)
+                self._to_close = []
+            finally:
+                self._closed = True
+                self._release()
+
+    def _release(self) -> None:
+        if self._lock_fd >= 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+
+def _sub_records(ch: Channel | None) -> tuple[list[tuple[int, bytes]], int]:
+    assert ch is not None
+    subs = ch.subs.values()
+    return [(REC_PUT, sub_to_json(s)) for s in subs], sum(1 + len(s.pending) for s in subs)
+
+
+def _lock_directory(root: Path) -> int:
+    """flock ``root/.lock`` so that a second server cannot open the same directory."""
+    path = root / ".lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        finally:
+            os.close(fd)
+        raise StoreLockedError(
+            f"store directory {root} is in use by another server (pid {owner})"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd

@@ -1,0 +1,158 @@
+"""Append-only files of typed records with a CRC each (the file store's clients and subs logs).
+
+Layout: an 8-byte magic, then records ``u32 type << 24 | size, u32 crc32(payload), payload``
+(little-endian). Writes are buffered until :meth:`RecordLog.flush`. Opening replays the
+records; a torn or CRC-failing tail (a write cut short by a crash) is truncated, while a bad
+record followed by a good one is corruption and raises :class:`CorruptStoreError`.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from zlib import crc32
+
+from .base import CorruptStoreError
+
+HEADER = struct.Struct("<II")
+MAX_PAYLOAD = 0xFFFFFF
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _record_ok(buf: bytes, pos: int) -> tuple[int, int] | None:
+    """(type, size) of a complete, CRC-valid record at pos, else None."""
+    if pos + 8 > len(buf):
+        return None
+    word, crc = HEADER.unpack_from(buf, pos)
+    size = word & MAX_PAYLOAD
+    end = pos + 8 + size
+    if word == 0 or end > len(buf) or crc32(buf[pos + 8 : end]) != crc:
+        return None
+    return word >> 24, size
+
+
+def parse_records(
+    buf: bytes, start: int, path: Path, truncate_corrupt: bool
+) -> tuple[list[tuple[int, bytes]], int]:
+    """Records from ``buf[start:]`` and the offset where the valid part ends."""
+    out: list[tuple[int, bytes]] = []
+    pos = start
+    while pos < len(buf):
+        ok = _record_ok(buf, pos)
+        if ok is None:
+            if not truncate_corrupt and pos + 8 <= len(buf):
+                size = HEADER.unpack_from(buf, pos)[0] & MAX_PAYLOAD
+                nxt = pos + 8 + size
+                if size and nxt < len(buf) and _record_ok(buf, nxt) is not None:
+                    raise CorruptStoreError(
+                        f"{path}: corrupt record at offset {pos} followed by valid records"
+                    )
+            break
+        rtype, size = ok
+        out.append((rtype, buf[pos + 8 : pos + 8 + size]))
+        pos += 8 + size
+    return out, pos
+
+
+def encode(rtype: int, payload: bytes) -> bytes:
+    if len(payload) > MAX_PAYLOAD:
+        raise ValueError("record too large")
+    return HEADER.pack(rtype << 24 | len(payload), crc32(payload)) + payload
+
+
+class RecordLog:
+    """One typed record file, opened for appending."""
+
+    def __init__(self, path: Path, magic: bytes, retire: Callable[[int], None]) -> None:
+        self.path = path
+        self.magic = magic
+        self._retire = retire
+        self.fd = -1
+        self.buf: list[bytes] = []
+        self.records = 0
+
+    def open(self, truncate_corrupt: bool = False) -> list[tuple[int, bytes]]:
+        """Open (creating if needed) and return the stored records."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        data = b""
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read()
+        if len(data) < len(self.magic):
+            if data and not self.magic.startswith(data):
+                os.close(fd)
+                raise CorruptStoreError(f"{self.path}: not a tidings record log")
+            os.ftruncate(fd, 0)
+            write_all(fd, self.magic)
+            self.fd = fd
+            return []
+        if not data.startswith(self.magic):
+            os.close(fd)
+            raise CorruptStoreError(f"{self.path}: not a tidings record log")
+        try:
+            records, end = parse_records(data, len(self.magic), self.path, truncate_corrupt)
+        except CorruptStoreError:
+            os.close(fd)
+            raise
+        if end < len(data):
+            os.ftruncate(fd, end)
+            os.fsync(fd)
+        self.fd = fd
+        self.records = len(records)
+        return records
+
+    def append(self, rtype: int, payload: bytes) -> None:
+        self.buf.append(HEADER.pack(rtype << 24 | len(payload), crc32(payload)) + payload)
+        self.records += 1
+
+    def flush(self) -> bool:
+        """Write buffered records; True if anything was written."""
+        if not self.buf:
+            return False
+        data = b"".join(self.buf)
+        self.buf.clear()
+        write_all(self.fd, data)
+        return True
+
+    def rewrite(self, records: Iterable[tuple[int, bytes]]) -> None:
+        """Atomically replace the file's content with ``records`` (compaction)."""
+        self.flush()
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        parts = [self.magic]
+        count = 0
+        for rtype, payload in records:
+            parts.append(encode(rtype, payload))
+            count += 1
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        try:
+            write_all(fd, b"".join(parts))
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.replace(tmp, self.path)
+        fsync_dir(self.path.parent)
+        self._retire(self.fd)
+        self.fd = fd
+        self.records = count
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self.flush()
+            self._retire(self.fd)
+            self.fd = -1

@@ -1,0 +1,582 @@
+"""The SQL store: SQLite (standard library) or PostgreSQL (psycopg 3), one schema.
+
+Changes are buffered in memory and written in one transaction per :meth:`SqlStore.sync`
+(group commit); the in-memory state answers reads, so only old messages are read back from
+the database. The two dialects differ only in parameter style, the blob type and how the
+sync policy is applied (``PRAGMA synchronous`` / ``synchronous_commit``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .base import (
+    ClientRecord,
+    CorruptStoreError,
+    MsgRecord,
+    StoreError,
+    StoreLimits,
+    SubRecord,
+)
+from .core import Channel, CoreStore, MsgLog
+from .seqindex import SeqIndex
+
+SYNC_POLICIES = ("batch", "interval", "never")
+_new_record = tuple.__new__
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tidings_server (
+    key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tidings_channels (
+    id BIGINT PRIMARY KEY, name TEXT NOT NULL UNIQUE,
+    first_seq BIGINT NOT NULL, last_seq BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS tidings_messages (
+    channel_id BIGINT NOT NULL, seq BIGINT NOT NULL, ts BIGINT NOT NULL,
+    reply TEXT NOT NULL, data {blob} NOT NULL, PRIMARY KEY (channel_id, seq));
+CREATE TABLE IF NOT EXISTS tidings_clients (
+    id TEXT PRIMARY KEY, hb_inbox TEXT NOT NULL, conn_id {blob} NOT NULL,
+    protocol INTEGER NOT NULL, ping_interval INTEGER NOT NULL, ping_max_out INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS tidings_subs (
+    id BIGINT PRIMARY KEY, channel_id BIGINT NOT NULL, client_id TEXT NOT NULL,
+    inbox TEXT NOT NULL, ack_inbox TEXT NOT NULL, queue_group TEXT NOT NULL,
+    durable_name TEXT NOT NULL, max_in_flight INTEGER NOT NULL, ack_wait INTEGER NOT NULL,
+    is_durable INTEGER NOT NULL, is_closed INTEGER NOT NULL, last_sent BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS tidings_pending (
+    sub_id BIGINT NOT NULL, seq BIGINT NOT NULL, PRIMARY KEY (sub_id, seq));
+"""
+
+_UPSERT_CHANNEL = (
+    "INSERT INTO tidings_channels (id, name, first_seq, last_seq) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET first_seq = excluded.first_seq, "
+    "last_seq = excluded.last_seq"
+)
+_UPSERT_CLIENT = (
+    "INSERT INTO tidings_clients (id, hb_inbox, conn_id, protocol, ping_interval, ping_max_out) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET hb_inbox = excluded.hb_inbox, "
+    "conn_id = excluded.conn_id, protocol = excluded.protocol, "
+    "ping_interval = excluded.ping_interval, ping_max_out = excluded.ping_max_out"
+)
+_SUB_COLS = (
+    "client_id, inbox, ack_inbox, queue_group, durable_name, max_in_flight, ack_wait, "
+    "is_durable, is_closed, last_sent"
+)
+_UPSERT_SUB = (
+    f"INSERT INTO tidings_subs (id, channel_id, {_SUB_COLS}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _SUB_COLS.split(", "))
+)
+
+
+class Dialect:
+    """What differs between the SQL databases."""
+
+    def __init__(self, name: str, param: str, blob: str) -> None:
+        self.name = name
+        self.param = param
+        self.blob = blob
+
+    def sql(self, text: str) -> str:
+        return text if self.param == "?" else text.replace("?", self.param)
+
+
+SQLITE = Dialect("sqlite", "?", "BLOB")
+POSTGRES = Dialect("postgres", "%s", "BYTEA")
+
+
+class SqlMsgLog(MsgLog):
+    """A channel's messages: unwritten ones in memory, the rest in the database."""
+
+    def __init__(self, store: SqlStore, ch: Channel, channel_id: int, cache_msgs: int) -> None:
+        self.store = store
+        self.ch = ch
+        self.channel_id = channel_id
+        self.ix = SeqIndex(1)
+        self.first_seq = 1
+        self.last_seq = 0
+        self.last_ts = 0
+        self.pending: list[MsgRecord] = []
+        self.inflight: list[MsgRecord] = []
+        self.db_first = 1
+        size = 1
+        while size < max(cache_msgs, 1):
+            size <<= 1
+        self._mask = size - 1
+        self._ring: list[MsgRecord | None] = [None] * size
+
+    @property
+    def nbytes(self) -> int:  # type: ignore[override]
+        return self.ix.nbytes
+
+    def append(self, recs: list[MsgRecord]) -> None:
+        ix = self.ix
+        ring = self._ring
+        mask = self._mask
+        for r in recs:
+            ix.append(r.timestamp, len(r.data))
+            ring[r.seq & mask] = r
+        self.pending.extend(recs)
+        last = recs[-1]
+        self.last_seq = last.seq
+        self.last_ts = last.timestamp
+        self.store._dirty_chans.add(self.ch)
+
+    def reset_first(self, first_seq: int) -> None:
+        self.pending.clear()
+        self.ix.reset(first_seq)
+        self.first_seq = first_seq
+        self.last_seq = first_seq - 1
+        self.store._dirty_chans.add(self.ch)
+
+    def _in_memory(self, seq: int) -> MsgRecord | None:
+        r = self._ring[seq & self._mask]
+        if r is not None and r.seq == seq:
+            return r
+        for buf in (self.pending, self.inflight):
+            if buf and buf[0].seq <= seq <= buf[-1].seq:
+                return buf[seq - buf[0].seq]
+        return None
+
+    def get(self, seq: int) -> MsgRecord:
+        r = self._in_memory(seq)
+        return r if r is not None else self.get_range(seq, 1)[0]
+
+    def get_range(self, start: int, count: int) -> list[MsgRecord]:
+        end = start + count - 1
+        out: list[MsgRecord] = []
+        seq = start
+        while seq <= end:
+            r = self._in_memory(seq)
+            if r is None:
+                break
+            out.append(r)
+            seq += 1
+        if seq > end:
+            return out
+        # Messages not in memory are older than those that are: read them in one query.
+        mem_start = end + 1
+        for buf in (self.inflight, self.pending):
+            if buf and seq < buf[0].seq <= end:
+                mem_start = min(mem_start, buf[0].seq)
+        rows = self.store._read_msgs(self.channel_id, seq, mem_start - 1)
+        name = self.ch.name
+        for rseq, ts, reply, data in rows:
+            out.append(_new_record(MsgRecord, (rseq, ts, name, reply, bytes(data), False)))
+        if len(out) != mem_start - start:
+            raise CorruptStoreError(
+                f"channel {name!r}: messages {seq}..{mem_start - 1} missing from the database"
+            )
+        for s in range(mem_start, end + 1):
+            r = self._in_memory(s)
+            if r is None:
+                raise CorruptStoreError(f"channel {name!r}: message {s} missing")
+            out.append(r)
+        return out
+
+    def first_timestamp(self) -> int:
+        return self.ix.ts[self.ix.head]
+
+    def find_timestamp(self, ts: int) -> int:
+        return self.ix.find_ts(ts)
+
+    def drop_first(self, n: int) -> None:
+        n = min(n, self.count)
+        if n <= 0:
+            return
+        self.ix.drop_first(n)
+        self.first_seq += n
+        if self.pending and self.pending[0].seq < self.first_seq:
+            keep = self.first_seq - self.pending[0].seq
+            del self.pending[:keep]
+        self.store._dirty_chans.add(self.ch)
+
+
+class SqlStore(CoreStore):
+    kind = "sql"
+
+    def __init__(
+        self,
+        conn: Any,
+        dialect: Dialect,
+        limits: StoreLimits | None = None,
+        *,
+        cache_msgs: int = 1024,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(limits)
+        self.kind = dialect.name
+        self.dialect = dialect
+        self._conn = conn
+        self._cache_msgs = cache_msgs
+        self._on_close = on_close
+        self._db_lock = threading.Lock()
+        self._sync_lock = threading.Lock()
+        self._next_channel_id = 1
+        self._dirty_chans: set[Channel] = set()
+        self._deleted_chans: list[int] = []
+        self._client_ops: dict[str, ClientRecord | None] = {}
+        self._sub_ops: dict[int, tuple[Channel, SubRecord] | None] = {}
+        self._pend_add: set[tuple[int, int]] = set()
+        self._pend_del: set[tuple[int, int]] = set()
+        self._info_dirty = False
+        self._failed: BaseException | None = None
+        self._sql = dialect.sql
+        self._create_schema()
+        self._recover()
+
+    # --- constructors ---------------------------------------------------------------
+
+    @classmethod
+    def sqlite(
+        cls,
+        path: str,
+        limits: StoreLimits | None = None,
+        *,
+        sync: str = "batch",
+        cache_msgs: int = 1024,
+    ) -> SqlStore:
+        import sqlite3
+
+        _check_policy(sync)
+        conn = sqlite3.connect(str(path), check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        level = {"batch": "FULL", "interval": "NORMAL", "never": "OFF"}[sync]
+        conn.execute(f"PRAGMA synchronous={level}")
+        return cls(conn, SQLITE, limits, cache_msgs=cache_msgs, on_close=conn.close)
+
+    @classmethod
+    def postgres(
+        cls,
+        dsn: str,
+        limits: StoreLimits | None = None,
+        *,
+        sync: str = "batch",
+        schema: str | None = None,
+        cache_msgs: int = 1024,
+    ) -> SqlStore:
+        import psycopg
+
+        _check_policy(sync)
+        conn = psycopg.connect(dsn)
+        with conn.cursor() as cur:
+            if schema:
+                ident = psycopg.sql.Identifier(schema)
+                cur.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+                cur.execute(psycopg.sql.SQL("SET search_path TO {}").format(ident))
+            if sync != "batch":
+                cur.execute("SET synchronous_commit TO off")
+        conn.commit()
+        return cls(conn, POSTGRES, limits, cache_msgs=cache_msgs, on_close=conn.close)
+
+    # --- opening --------------------------------------------------------------------
+
+    def _create_schema(self) -> None:
+        cur = self._conn.cursor()
+        for stmt in SCHEMA.format(blob=self.dialect.blob).split(";"):
+            if stmt.strip():
+                cur.execute(stmt)
+        self._conn.commit()
+
+    def _query(self, text: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        cur = self._conn.cursor()
+        cur.execute(self._sql(text), params)
+        return cur.fetchall()
+
+    def _recover(self) -> None:
+        q = self._query
+        self._info = {k: v for k, v in q("SELECT key, value FROM tidings_server")}
+        by_id: dict[int, Channel] = {}
+        for cid, name, first, last in q(
+            "SELECT id, name, first_seq, last_seq FROM tidings_channels ORDER BY id"
+        ):
+            ch = self._attach_channel(name)
+            log = SqlMsgLog(self, ch, cid, self._cache_msgs)
+            ch.log = log
+            ch.backend = cid
+            by_id[cid] = ch
+            self._next_channel_id = max(self._next_channel_id, cid + 1)
+            rows = q(
+                "SELECT seq, ts, length(data) FROM tidings_messages "
+                "WHERE channel_id = ? AND seq >= ? ORDER BY seq",
+                (cid, first),
+            )
+            ix = log.ix
+            if rows:
+                ix.reset(rows[0][0])
+                for i, (seq, ts, size) in enumerate(rows):
+                    if seq != rows[0][0] + i:
+                        raise CorruptStoreError(f"channel {name!r}: message {seq - 1} missing")
+                    ix.append(ts, size)
+                log.first_seq = ix.first
+                log.last_seq = ix.last
+                log.last_ts = rows[-1][1]
+            else:
+                log.last_seq = max(last, first - 1)
+                log.first_seq = log.last_seq + 1
+                ix.reset(log.first_seq)
+            log.db_first = log.first_seq
+        for row in q(
+            "SELECT id, hb_inbox, conn_id, protocol, ping_interval, ping_max_out "
+            "FROM tidings_clients"
+        ):
+            self._clients[row[0]] = ClientRecord(
+                row[0], row[1], bytes(row[2]), row[3], row[4], row[5]
+            )
+        subs: dict[int, SubRecord] = {}
+        for row in q(f"SELECT id, channel_id, {_SUB_COLS} FROM tidings_subs ORDER BY id"):
+            ch = by_id.get(row[1])
+            if ch is None:
+                continue
+            sub = SubRecord(
+                client_id=row[2],
+                inbox=row[3],
+                ack_inbox=row[4],
+                queue_group=row[5],
+                durable_name=row[6],
+                max_in_flight=row[7],
+                ack_wait=row[8],
+                is_durable=bool(row[9]),
+                is_closed=bool(row[10]),
+                last_sent=row[11],
+                id=row[0],
+            )
+            subs[sub.id] = sub
+            self._attach_sub(ch, sub)
+        for sub_id, seq in q("SELECT sub_id, seq FROM tidings_pending"):
+            sub = subs.get(sub_id)
+            if sub is not None:
+                sub.pending.add(seq)
+        self._conn.commit()
+        self._enforce_all()
+
+    # --- hooks ----------------------------------------------------------------------
+
+    def _new_log(self, ch: Channel) -> MsgLog:
+        cid = self._next_channel_id
+        self._next_channel_id += 1
+        ch.backend = cid
+        self._dirty_chans.add(ch)
+        return SqlMsgLog(self, ch, cid, self._cache_msgs)
+
+    def _on_channel_deleted(self, ch: Channel) -> None:
+        self._dirty_chans.discard(ch)
+        self._deleted_chans.append(ch.backend)  # type: ignore[arg-type]
+        for sub_id in ch.subs:
+            self._sub_ops[sub_id] = None
+
+    def _on_server_info(self, info: dict[str, str]) -> None:
+        self._info_dirty = True
+
+    def _on_client_put(self, client: ClientRecord) -> None:
+        self._client_ops[client.client_id] = client
+
+    def _on_client_deleted(self, client_id: str) -> None:
+        self._client_ops[client_id] = None
+
+    def _on_sub_put(self, ch: Channel, sub: SubRecord) -> None:
+        self._sub_ops[sub.id] = (ch, sub)
+        for seq in sub.pending:
+            self._pend_add.add((sub.id, seq))
+
+    def _on_sub_deleted(self, ch: Channel, sub_id: int) -> None:
+        self._sub_ops[sub_id] = None
+
+    def _on_sent(self, ch: Channel, sub: SubRecord, seq: int) -> None:
+        self._sub_ops[sub.id] = (ch, sub)
+        key = (sub.id, seq)
+        if key in self._pend_del:
+            self._pend_del.discard(key)
+        else:
+            self._pend_add.add(key)
+
+    def _on_acked(self, ch: Channel, sub: SubRecord, seq: int) -> None:
+        key = (sub.id, seq)
+        if key in self._pend_add:
+            self._pend_add.discard(key)
+        else:
+            self._pend_del.add(key)
+
+    # --- writing --------------------------------------------------------------------
+
+    def _read_msgs(self, channel_id: int, first: int, last: int) -> list[Any]:
+        with self._db_lock:
+            rows = self._query(
+                "SELECT seq, ts, reply, data FROM tidings_messages "
+                "WHERE channel_id = ? AND seq BETWEEN ? AND ? ORDER BY seq",
+                (channel_id, first, last),
+            )
+            self._conn.commit()
+            return rows
+
+    def _take_batch(self) -> list[tuple[str, list[tuple[Any, ...]]]]:
+        """Move every buffered change into SQL statements (called with the lock held)."""
+        batch: list[tuple[str, list[tuple[Any, ...]]]] = []
+        if self._deleted_chans:
+            ids = [(cid,) for cid in self._deleted_chans]
+            batch.append(("DELETE FROM tidings_messages WHERE channel_id = ?", ids))
+            batch.append(
+                (
+                    "DELETE FROM tidings_pending WHERE sub_id IN "
+                    "(SELECT id FROM tidings_subs WHERE channel_id = ?)",
+                    ids,
+                )
+            )
+            batch.append(("DELETE FROM tidings_subs WHERE channel_id = ?", ids))
+            batch.append(("DELETE FROM tidings_channels WHERE id = ?", ids))
+            self._deleted_chans = []
+        chans, msgs, trims = [], [], []
+        for ch in self._dirty_chans:
+            log: SqlMsgLog = ch.log  # type: ignore[assignment]
+            cid = log.channel_id
+            chans.append((cid, ch.name, log.first_seq, log.last_seq))
+            if log.pending:
+                log.inflight = log.pending
+                log.pending = []
+                msgs.extend((cid, r.seq, r.timestamp, r.reply, r.data) for r in log.inflight)
+            if log.first_seq != log.db_first:
+                trims.append((cid, log.first_seq))
+                log.db_first = log.first_seq
+        self._dirty_chans.clear()
+        if chans:
+            batch.append((_UPSERT_CHANNEL, chans))
+        if trims:
+            batch.append(("DELETE FROM tidings_messages WHERE channel_id = ? AND seq < ?", trims))
+        if msgs:
+            batch.append(
+                (
+                    "INSERT INTO tidings_messages (channel_id, seq, ts, reply, data) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    msgs,
+                )
+            )
+        if self._client_ops:
+            puts = [
+                (c.client_id, c.hb_inbox, c.conn_id, c.protocol, c.ping_interval, c.ping_max_out)
+                for c in self._client_ops.values()
+                if c is not None
+            ]
+            dels = [(cid,) for cid, c in self._client_ops.items() if c is None]
+            self._client_ops = {}
+            if dels:
+                batch.append(("DELETE FROM tidings_clients WHERE id = ?", dels))
+            if puts:
+                batch.append((_UPSERT_CLIENT, puts))
+        if self._sub_ops:
+            sub_puts, sub_dels = [], []
+            for sub_id, op in self._sub_ops.items():
+                if op is None:
+                    sub_dels.append((sub_id,))
+                    continue
+                ch, s = op
+                sub_puts.append(
+                    (
+                        s.id,
+                        ch.backend,
+                        s.client_id,
+                        s.inbox,
+                        s.ack_inbox,
+                        s.queue_group,
+                        s.durable_name,
+                        s.max_in_flight,
+                        s.ack_wait,
+                        int(s.is_durable),
+                        int(s.is_closed),
+                        s.last_sent,
+                    )
+                )
+            self._sub_ops = {}
+            if sub_dels:
+                gone = {d[0] for d in sub_dels}
+                self._pend_add = {k for k in self._pend_add if k[0] not in gone}
+                self._pend_del = {k for k in self._pend_del if k[0] not in gone}
+                batch.append(("DELETE FROM tidings_pending WHERE sub_id = ?", sub_dels))
+                batch.append(("DELETE FROM tidings_subs WHERE id = ?", sub_dels))
+            if sub_puts:
+                batch.append((_UPSERT_SUB, sub_puts))
+        if self._pend_add:
+            batch.append(
+                (
+                    "INSERT INTO tidings_pending (sub_id, seq) VALUES (?, ?) "
+                    "ON CONFLICT (sub_id, seq) DO NOTHING",
+                    list(self._pend_add),
+                )
+            )
+            self._pend_add = set()
+        if self._pend_del:
+            batch.append(
+                ("DELETE FROM tidings_pending WHERE sub_id = ? AND seq = ?", list(self._pend_del))
+            )
+            self._pend_del = set()
+        if self._info_dirty:
+            batch.append(("DELETE FROM tidings_server", [()]))
+            batch.append(
+                (
+                    "INSERT INTO tidings_server (key, value) VALUES (?, ?)",
+                    list(self._info.items()),
+                )
+            )
+            self._info_dirty = False
+        return batch
+
+    def _write(self, batch: Iterable[tuple[str, list[tuple[Any, ...]]]]) -> None:
+        with self._db_lock:
+            cur = self._conn.cursor()
+            try:
+                for text, rows in batch:
+                    if rows == [()]:
+                        cur.execute(self._sql(text))
+                    elif rows:
+                        cur.executemany(self._sql(text), rows)
+                self._conn.commit()
+            except BaseException:
+                self._conn.rollback()
+                raise
+
+    def flush(self) -> None:
+        self.sync()
+
+    def sync(self) -> None:
+        """Write all buffered changes in one transaction and commit.
+
+        Safe to call from a worker thread; storing continues meanwhile.
+        """
+        with self._sync_lock:
+            if self._failed is not None:
+                raise StoreError("an earlier write to the database failed") from self._failed
+            with self._lock:
+                if self._closed:
+                    return
+                batch = self._take_batch()
+            if not batch:
+                return
+            try:
+                self._write(batch)
+            except BaseException as exc:
+                # The buffered changes are gone from memory; refuse to pretend otherwise.
+                self._failed = exc
+                raise
+            with self._lock:
+                for ch in self._channels.values():
+                    ch.log.inflight = []  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self.sync()
+        finally:
+            self._close_connection()
+
+    def _close_connection(self) -> None:
+        with self._sync_lock, self._lock:
+            self._closed = True
+            for ch in self._channels.values():
+                ch.log.close()
+            if self._on_close is not None:
+                self._on_close()
+
+
+def _check_policy(sync: str) -> None:
+    if sync not in SYNC_POLICIES:
+        raise ValueError(f"sync must be one of {SYNC_POLICIES}, not {sync!r}")
