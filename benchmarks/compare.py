@@ -46,6 +46,7 @@ from tidings.bench.settings import Settings  # noqa: E402
 from tidings.bench.wire import Conn, Endpoint, ProtocolError  # noqa: E402
 
 REFERENCE, TIDINGS = "reference", "tidings"
+NOISY = 0.3  # other processes' CPU (cores) above which the ratios deserve a warning
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,7 @@ class Display:
     def close(self) -> None:
         if self.bar:
             self.bar.stop()
+            self.bar = None
 
 
 def describe(result: Result, check: Check | None) -> str:
@@ -425,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
                 measure(servers, memory_specs, 1, settings, display, runs)
     except RuntimeError as e:
         display.close()
-        console.print(f"[red]error:[/red] {e}")
+        console.print(f"[red]error:[/red] {e}")  # a server failed to start
         return 2
     finally:
         display.close()
@@ -435,6 +437,10 @@ def main(argv: list[str] | None = None) -> int:
     out.print(f"[dim]median of {repeat} run(s) per server, {settings.duration:g} s each; srv cpu "
               f"= server CPU in % of one core; noise = most CPU used by other processes during "
               f"a run; {os.cpu_count()} cpus; {time.monotonic() - started:.0f} s in all[/dim]")
+    noise = max((v.other_cpu_max for v in verdicts if v.other_cpu_max is not None), default=0.0)
+    if noise > NOISY:
+        out.print(f"[yellow]warning: other processes used up to {noise * 100:.0f}% of a core during "
+                  f"the runs; on a busy machine the ratios are less reliable[/yellow]")
     if args.json:
         write_json(args.json, {
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

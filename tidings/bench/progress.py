@@ -47,8 +47,8 @@ class RunProgress:
                 TextColumn("{task.percentage:>3.0f}%"),
                 TextColumn(f"{{task.fields[count]:>12,}} {self.unit}"), TimeElapsedColumn(),
                 console=self.console, transient=True, auto_refresh=False)
+            self._task = self._bar.add_task(self.title, total=1.0, completed=fraction, count=count)
             self._bar.start()
-            self._task = self._bar.add_task(self.title, total=1.0, count=0)
         if now - self._shown >= REFRESH and self._task is not None:
             self._bar.update(self._task, completed=fraction, count=count)
             self._bar.refresh()
