@@ -127,8 +127,8 @@ class CoreStore(Store):
     def _on_client_deleted(self, client_id: str) -> None:
         pass
 
-    def _on_sub_put(self, ch: Channel, sub: SubRecord) -> None:
-        """A subscription was created or replaced; ``sub`` is its full state."""
+    def _on_sub_put(self, ch: Channel, sub: SubRecord, new: bool) -> None:
+        """A subscription was created (``new``, maybe with pending) or its state replaced."""
 
     def _on_sub_deleted(self, ch: Channel, sub_id: int) -> None:
         pass
@@ -413,7 +413,7 @@ class CoreStore(Store):
             if rec.pending:
                 rec.last_sent = max(rec.last_sent, max(rec.pending))
             ch.subs[rec.id] = rec
-            self._on_sub_put(ch, rec)
+            self._on_sub_put(ch, rec, True)
             return rec.id
 
     def update_sub(self, channel: str, sub: SubRecord) -> None:
@@ -422,7 +422,7 @@ class CoreStore(Store):
             rec = sub.copy()
             rec.pending = old.pending
             ch.subs[rec.id] = rec
-            self._on_sub_put(ch, rec)
+            self._on_sub_put(ch, rec, False)
 
     def delete_sub(self, channel: str, sub_id: int) -> None:
         with self._lock:

@@ -19,6 +19,7 @@ most every ``sync_interval`` seconds; ``"never"`` leaves it to the OS (and to cl
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -82,16 +83,13 @@ def sub_to_json(sub: SubRecord) -> bytes:
             "is_durable": sub.is_durable,
             "is_closed": sub.is_closed,
             "last_sent": sub.last_sent,
-            "pending": sorted(sub.pending),
         },
         separators=(",", ":"),
     ).encode()
 
 
 def sub_from_json(raw: bytes) -> SubRecord:
-    d = json.loads(raw)
-    d["pending"] = set(d["pending"])
-    return SubRecord(**d)
+    return SubRecord(**json.loads(raw))
 
 
 def client_to_json(c: ClientRecord) -> bytes:
@@ -159,7 +157,7 @@ class FileStore(CoreStore):
         try:
             self._open()
         except BaseException:
-            self._release()
+            self._abandon()
             raise
 
     # --- opening --------------------------------------------------------------------
@@ -198,6 +196,9 @@ class FileStore(CoreStore):
         for rtype, payload in subs.open(self.truncate_corrupt):
             if rtype == REC_PUT:
                 sub = sub_from_json(payload)
+                old = ch.subs.get(sub.id)
+                if old is not None:
+                    sub.pending = old.pending  # a state update keeps the pending set
                 self._attach_sub(ch, sub)
             elif rtype == REC_DEL:
                 ch.subs.pop(ID_REC.unpack(payload)[0], None)
@@ -283,8 +284,12 @@ class FileStore(CoreStore):
         self._clients_log.log.append(REC_DEL, client_id.encode())
         self._clients_dirty = True
 
-    def _on_sub_put(self, ch: Channel, sub: SubRecord) -> None:
-        ch.backend.log.append(REC_PUT, sub_to_json(sub))  # type: ignore[attr-defined]
+    def _on_sub_put(self, ch: Channel, sub: SubRecord, new: bool) -> None:
+        log: RecordLog = ch.backend.log  # type: ignore[attr-defined]
+        log.append(REC_PUT, sub_to_json(sub))
+        if new:
+            for seq in sorted(sub.pending):
+                log.append(REC_SENT, SEQ_REC.pack(sub.id, seq))
         self._dirty_subs.add(ch)
 
     def _on_sub_deleted(self, ch: Channel, sub_id: int) -> None:
@@ -395,6 +400,26 @@ class FileStore(CoreStore):
                 self._closed = True
                 self._release()
 
+    def _abandon(self) -> None:
+        """Close whatever a failed open had opened, and unlock the directory."""
+        for ch in self._channels.values():
+            with contextlib.suppress(Exception):
+                ch.log.close()
+            state = ch.backend
+            if isinstance(state, _LogState):
+                with contextlib.suppress(Exception):
+                    state.log.close()
+        clients = getattr(self, "_clients_log", None)
+        if clients is not None:
+            with contextlib.suppress(Exception):
+                clients.log.close()
+        for fd in self._to_close:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._to_close = []
+        self._closed = True
+        self._release()
+
     def _release(self) -> None:
         if self._lock_fd >= 0:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
@@ -404,8 +429,11 @@ class FileStore(CoreStore):
 
 def _sub_records(ch: Channel | None) -> tuple[list[tuple[int, bytes]], int]:
     assert ch is not None
-    subs = ch.subs.values()
-    return [(REC_PUT, sub_to_json(s)) for s in subs], sum(1 + len(s.pending) for s in subs)
+    recs = []
+    for s in ch.subs.values():
+        recs.append((REC_PUT, sub_to_json(s)))
+        recs.extend((REC_SENT, SEQ_REC.pack(s.id, seq)) for seq in sorted(s.pending))
+    return recs, len(recs)
 
 
 def _lock_directory(root: Path) -> int:

@@ -117,6 +117,8 @@ class RecordLog:
         return records
 
     def append(self, rtype: int, payload: bytes) -> None:
+        if len(payload) > MAX_PAYLOAD:
+            raise ValueError(f"{self.path}: record of {len(payload)} bytes is too large")
         self.buf.append(HEADER.pack(rtype << 24 | len(payload), crc32(payload)) + payload)
         self.records += 1
 

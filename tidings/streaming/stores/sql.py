@@ -374,10 +374,10 @@ class SqlStore(CoreStore):
     def _on_client_deleted(self, client_id: str) -> None:
         self._client_ops[client_id] = None
 
-    def _on_sub_put(self, ch: Channel, sub: SubRecord) -> None:
+    def _on_sub_put(self, ch: Channel, sub: SubRecord, new: bool) -> None:
         self._sub_ops[sub.id] = (ch, sub)
-        for seq in sub.pending:
-            self._pend_add.add((sub.id, seq))
+        if new:
+            self._pend_add.update((sub.id, seq) for seq in sub.pending)
 
     def _on_sub_deleted(self, ch: Channel, sub_id: int) -> None:
         self._sub_ops[sub_id] = None
