@@ -429,6 +429,10 @@ def main(argv: list[str] | None = None) -> int:
         display.close()
         console.print(f"[red]error:[/red] {e}")  # a server failed to start
         return 2
+    except KeyboardInterrupt:
+        display.close()
+        console.print("[yellow]interrupted[/yellow]")
+        return 130
     finally:
         display.close()
     verdicts = judge(runs, checks)

@@ -82,16 +82,22 @@ def run(args: argparse.Namespace) -> int:
                         server_pid=args.server_pid, timeout=args.timeout, conns=args.conns,
                         conn_subs=args.conn_subs)
     results: list[Result] = []
-    for spec in plan(workloads, sizes):
-        title = spec.title(settings)
-        if spec.size > max_payload:
-            err.print(f"[yellow]skip[/yellow] {title}: over the server's max_payload")
-            continue
-        unit = "conns" if spec.workload == "memory" else "msgs"
-        with RunProgress(err, title, unit) as progress:
-            result = run_spec(spec, settings, progress)
-        results.append(result)
-        err.print(f"[dim]done {title}{' [red]with errors[/red]' if result.errors else ''}[/dim]")
+    interrupted = False
+    try:
+        for spec in plan(workloads, sizes):
+            title = spec.title(settings)
+            if spec.size > max_payload:
+                err.print(f"[yellow]skip[/yellow] {title}: over the server's max_payload")
+                continue
+            unit = "conns" if spec.workload == "memory" else "msgs"
+            with RunProgress(err, title, unit) as progress:
+                result = run_spec(spec, settings, progress)
+            results.append(result)
+            failed = " [red]with errors[/red]" if result.errors else ""
+            err.print(f"[dim]done {title}{failed}[/dim]")
+    except KeyboardInterrupt:
+        interrupted = True
+        err.print("[yellow]interrupted: results so far[/yellow]")
     print_results(out, results)
     doc = {
         "tool": "tidings bench",
@@ -112,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
     if args.csv:
         write_csv(args.csv, results)
         err.print(f"wrote {args.csv}")
+    if interrupted:
+        return 130
     return 1 if any(r.errors for r in results) else 0
 
 

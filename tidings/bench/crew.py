@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue
+import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -25,6 +26,7 @@ class WorkerError(Exception):
 
 
 def _guard(target: Callable[..., None], out: Any, name: str, args: tuple[Any, ...]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     try:
         target(out, name, *args)
     except Exception as e:  # report instead of dying silently; the parent decides
@@ -35,6 +37,8 @@ def _guard(target: Callable[..., None], out: Any, name: str, args: tuple[Any, ..
 
 
 class Crew:
+    """The worker processes of one run, their queue, and what they reported."""
+
     def __init__(self) -> None:
         self.ctx = mp.get_context("fork")
         self.out = self.ctx.Queue()
@@ -46,8 +50,8 @@ class Crew:
     def __enter__(self) -> Crew:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self.close(patient=exc_type is None)
 
     def spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
         proc = self.ctx.Process(target=_guard, args=(target, self.out, name, args), daemon=True)
@@ -116,9 +120,9 @@ class Crew:
                 self.errors.append(f"{n}: no result")
                 self.results[n] = {}
 
-    def close(self) -> None:
+    def close(self, patient: bool = True) -> None:
         for proc in self.procs.values():
-            proc.join(2.0)
+            proc.join(2.0 if patient else 0.0)
         for proc in self.procs.values():
             if proc.is_alive():
                 proc.terminate()
