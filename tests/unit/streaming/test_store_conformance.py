@@ -307,6 +307,7 @@ def test_everything_survives_a_reopen(durable_opener: Opener) -> None:
     store.set_server_info({"cluster_id": "c1"})
     store.store_msgs("foo", [(f"r{i}", b"data-%d" % i) for i in range(1, 51)])
     store.store_msg("bar.baz", "", b"")
+    store.store_msg("odd$name/é.%2F", "", b"odd")
     store.create_channel("empty")
     store.add_client(ClientRecord("cli", "hb", b"\x00\xff", 1, 5, 3))
     store.add_client(ClientRecord("gone", "hb"))
@@ -328,7 +329,8 @@ def test_everything_survives_a_reopen(durable_opener: Opener) -> None:
 
     store = reopen(durable_opener, store)
     assert store.server_info() == {"cluster_id": "c1"}
-    assert sorted(store.channels()) == ["bar.baz", "empty", "foo"]
+    assert sorted(store.channels()) == ["bar.baz", "empty", "foo", "odd$name/é.%2F"]
+    assert store.lookup("odd$name/é.%2F", 1).data == b"odd"  # type: ignore[union-attr]
     assert store.get_msgs("foo", 1, 100) == before_msgs
     assert store.lookup("bar.baz", 1).data == b""  # type: ignore[union-attr]
     assert store.first_last("empty") == (1, 0)

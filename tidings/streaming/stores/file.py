@@ -39,7 +39,7 @@ from .base import (
     SubRecord,
 )
 from .core import Channel, CoreStore, MsgLog
-from .recordlog import RecordLog, fsync_dir
+from .recordlog import RecordLog, fsync_dir, write_all
 from .segments import FileMsgLog
 
 CLIENTS_MAGIC = b"TDCLIS01"
@@ -176,6 +176,7 @@ class FileStore(CoreStore):
             elif rtype == REC_DEL:
                 self._clients.pop(payload.decode(), None)
         self._clients_log = _LogState(clients)
+        fsync_dir(self.root)  # clients.log may have just been created
         for d in sorted(self._chan_root.iterdir()):
             if d.name.startswith(".tmp-"):
                 shutil.rmtree(d, ignore_errors=True)
@@ -242,15 +243,21 @@ class FileStore(CoreStore):
         tmp = self._chan_root / f".tmp-{enc}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        (tmp / "name").write_text(ch.name)
-        if self.sync_policy != "never":
-            fd = os.open(tmp / "name", os.O_RDONLY)
+        # Build the directory aside and rename it into place, so a crash never leaves a
+        # channel directory without its name file.
+        durable = self.sync_policy != "never"
+        for fname, content in (("name", ch.name.encode()), ("subs.log", SUBS_MAGIC)):
+            fd = os.open(tmp / fname, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                os.fsync(fd)
+                write_all(fd, content)
+                if durable:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
+        if durable:
+            fsync_dir(tmp)
         os.rename(tmp, final)
-        if self.sync_policy != "never":
+        if durable:
             fsync_dir(self._chan_root)
         subs = RecordLog(final / "subs.log", SUBS_MAGIC, self._retire)
         subs.open()
