@@ -224,3 +224,27 @@ def test_synced_messages_survive_kill_9(tmp_path: Path) -> None:
         assert [m.data for m in store.get_msgs("foo", 1, last)] == [
             b"m%d" % i for i in range(1, last + 1)
         ]
+
+
+@pytest.mark.parametrize(
+    ("policy", "first", "second"),
+    [("batch", True, True), ("interval", True, False), ("never", False, False)],
+)
+def test_sync_policies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, first: bool, second: bool
+) -> None:
+    from tidings.streaming.stores import file as file_module
+
+    synced: list[int] = []
+    monkeypatch.setattr(file_module, "_fsync", synced.append)
+    store = FileStore(tmp_path, sync=policy, sync_interval=3600)
+    store.store_msg("foo", "", b"1")
+    store.sync()
+    assert bool(synced) is first
+    synced.clear()
+    store.store_msg("foo", "", b"2")
+    store.sync()
+    assert bool(synced) is second
+    store.close()
+    with FileStore(tmp_path) as reopened:
+        assert reopened.first_last("foo") == (1, 2)

@@ -151,7 +151,7 @@ class FileStore(CoreStore):
         self._dirty_logs: set[FileMsgLog] = set()
         self._dirty_subs: set[Channel] = set()
         self._clients_dirty = False
-        self._last_sync = 0.0
+        self._last_sync = float("-inf")
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock_fd = _lock_directory(self.root)
         try:
