@@ -1,0 +1,514 @@
+"""Incremental parsers for both directions of the NATS client protocol.
+
+`ClientOpParser` reads what a client sends (CONNECT, PUB, HPUB, SUB, UNSUB, PING, PONG) and is
+used by the server; `ServerOpParser` reads what a server sends (INFO, MSG, HMSG, PING, PONG,
++OK, -ERR) and is used by clients. Both take bytes split at any position and call methods of a
+handler object for every complete operation; they never touch a socket.
+
+The client-op parser reproduces the reference server's parser where it matters on the wire:
+operation names are case-insensitive; fields are separated by runs of spaces or tabs; a line
+may end in CRLF or a bare LF; a PUB larger than max_payload is refused from its control line,
+before its payload is read; a control line longer than max_control_line is refused even while
+it is still arriving; malformed arguments close the connection without an -ERR, as the
+reference does, while unknown operations get `-ERR 'Unknown Protocol Operation'`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Protocol
+
+from .errors import (
+    AUTHORIZATION_VIOLATION,
+    INVALID_PUBLISH_SUBJECT,
+    MAX_CONTROL_LINE_EXCEEDED,
+    MAX_PAYLOAD_VIOLATION,
+    UNKNOWN_PROTOCOL_OPERATION,
+    ProtocolError,
+)
+from .subjects import is_valid_literal_subject
+
+MAX_CONTROL_LINE = 4096
+MAX_PAYLOAD = 1024 * 1024
+_MAX_SIZE_DIGITS = 9
+
+_FIELDS_SPACE_TAB = re.compile(rb"[^ \t]+")
+_FIELDS_WS = re.compile(rb"[^ \t\r\n]+")
+
+
+def parse_size(field: bytes) -> int:
+    """A decimal size as the reference parses it: 1..9 ASCII digits, else -1."""
+    if 0 < len(field) <= _MAX_SIZE_DIGITS and field.isdigit():
+        return int(field)
+    return -1
+
+
+def split_fields(arg: bytes) -> list[bytes]:
+    """Fields separated by runs of spaces or tabs (PUB, HPUB, MSG arguments)."""
+    return _FIELDS_SPACE_TAB.findall(arg)
+
+
+def split_fields_ws(arg: bytes) -> list[bytes]:
+    """Fields separated by runs of spaces, tabs, CR or LF (SUB, UNSUB arguments)."""
+    return _FIELDS_WS.findall(arg)
+
+
+class ClientOpHandler(Protocol):
+    """What the server implements to receive client operations."""
+
+    def on_connect(self, arg: bytes) -> None: ...
+    def on_pub(self, subject: bytes, reply: bytes | None, payload: bytes) -> None: ...
+    def on_hpub(self, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> None: ...
+    def on_sub(self, subject: bytes, queue: bytes | None, sid: bytes) -> None: ...
+    def on_unsub(self, sid: bytes, max_msgs: int) -> None: ...
+    def on_ping(self) -> None: ...
+    def on_pong(self) -> None: ...
+    def on_soft_error(self, err: str) -> None: ...
+
+
+# Operation names: (name, kind). kind "sep" needs a space or tab after the name and takes an
+# argument; "arg" (CONNECT) skips optional blanks and takes the rest; "bare" ignores the rest.
+_CLIENT_OPS: tuple[tuple[bytes, str], ...] = (
+    (b"PUB", "sep"),
+    (b"PING", "bare"),
+    (b"PONG", "bare"),
+    (b"SUB", "sep"),
+    (b"UNSUB", "sep"),
+    (b"HPUB", "sep"),
+    (b"HMSG", "sep"),
+    (b"CONNECT", "arg"),
+    (b"INFO", "sep"),
+    (b"+OK", "bare"),
+    (b"-ERR", "sep"),
+)
+_SERVER_OPS: tuple[tuple[bytes, str], ...] = (
+    (b"MSG", "sep"),
+    (b"HMSG", "sep"),
+    (b"PING", "bare"),
+    (b"PONG", "bare"),
+    (b"INFO", "sep"),
+    (b"+OK", "bare"),
+    (b"-ERR", "sep"),
+)
+_INCOMPLETE = -1
+_BAD = -2
+
+
+def _classify(
+    ops: tuple[tuple[bytes, str], ...], buf: bytes, pos: int, end: int
+) -> tuple[bytes, str, int] | int:
+    """Identify the operation starting at buf[pos] in the bytes up to `end`.
+
+    Returns (name, kind, arg_start), _INCOMPLETE when the bytes so far are a valid beginning,
+    or _BAD when no operation can start this way. For "sep" and "arg" operations arg_start is
+    the first byte after the name and its blanks (== end when none has arrived yet).
+    """
+    head = buf[pos : min(end, pos + 8)].upper()
+    for name, kind in ops:
+        ln = len(name)
+        if not head.startswith(name):
+            if len(head) < ln and name.startswith(head):
+                return _INCOMPLETE
+            continue
+        i = pos + ln
+        if kind == "bare":
+            return name, kind, i
+        if kind == "sep":
+            if i >= end:
+                return _INCOMPLETE
+            if buf[i] not in (32, 9):
+                return _BAD
+        while i < end and buf[i] in (32, 9):
+            i += 1
+        return name, kind, i
+    return _BAD
+
+
+class _Framer:
+    """Shared buffering: partial control lines and payloads split across reads."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._chunks: list[bytes] = []
+        self._have = 0
+        self._need = 0  # bytes of payload + CRLF still owed when > 0
+        self._pending: tuple[Any, ...] | None = None
+
+    def _take(self, data: bytes) -> bytes | None:
+        """Join new data with what was left over; None while a payload is still incomplete."""
+        if self._need:
+            self._chunks.append(data)
+            self._have += len(data)
+            if self._have < self._need:
+                return None
+            buf = b"".join(self._chunks)
+            self._chunks = []
+            self._need = 0
+            return buf
+        if self._buf:
+            buf = self._buf + data
+            self._buf = b""
+            return buf
+        return data
+
+    def _wait_payload(self, buf: bytes, start: int, size: int, pending: tuple[Any, ...]) -> None:
+        """Hold buf[start:] until `size` payload bytes and their CRLF have arrived.
+
+        `pending` describes the operation; its last item is the payload size."""
+        self._pending = pending
+        rest = buf[start:]
+        self._chunks = [rest]
+        self._have = len(rest)
+        self._need = size + 2
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held back waiting for the rest of an operation."""
+        return len(self._buf) + self._have
+
+
+class ClientOpParser(_Framer):
+    """Parses client operations for the server; see the module docstring for the rules."""
+
+    def __init__(
+        self,
+        handler: ClientOpHandler,
+        max_payload: int = MAX_PAYLOAD,
+        max_control_line: int = MAX_CONTROL_LINE,
+    ) -> None:
+        super().__init__()
+        self.handler = handler
+        self.max_payload = max_payload
+        self.max_control_line = max_control_line
+        self.headers = False  # set once CONNECT says the client supports headers
+        self.pedantic = False
+        self.awaiting_connect = False  # when auth is required, the first op must be CONNECT
+        self._on_pub = handler.on_pub
+
+    def feed(self, data: bytes) -> None:
+        """Consume bytes; calls the handler per operation; raises ProtocolError to close."""
+        buf = self._take(data)
+        if buf is None:
+            return
+        pos = 0
+        if self._pending is not None:
+            pos = self._finish_payload(buf)
+        n = len(buf)
+        on_pub = self._on_pub
+        max_payload = self.max_payload
+        while pos < n:
+            # Fast path: "PUB <subject> [reply] <size>\r\n" with single spaces.
+            if buf.startswith(b"PUB ", pos) and not self.awaiting_connect:
+                eol = buf.find(b"\n", pos)
+                if eol < 0:
+                    break
+                if buf[eol - 1] == 13:
+                    arg = buf[pos + 4 : eol - 1]
+                    if 9 not in arg and len(arg) <= self.max_control_line:
+                        parts = arg.split(b" ")
+                        np = len(parts)
+                        if np == 2:
+                            subject, szb = parts
+                            reply = None
+                        elif np == 3:
+                            subject, reply, szb = parts
+                        else:
+                            subject = b""
+                        if subject and reply != b"" and szb.isdigit() and len(szb) <= 9:
+                            size = int(szb)
+                            if size > max_payload:
+                                raise ProtocolError(MAX_PAYLOAD_VIOLATION)
+                            if self.pedantic and not is_valid_literal_subject(subject):
+                                self.handler.on_soft_error(INVALID_PUBLISH_SUBJECT)
+                            start = eol + 1
+                            end = start + size
+                            if end + 2 > n:
+                                self._wait_payload(buf, start, size, (None, subject, reply, 0, size))
+                                return
+                            if buf[end] != 13 or buf[end + 1] != 10:
+                                raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
+                            on_pub(subject, reply, buf[start:end])
+                            pos = end + 2
+                            continue
+            pos = self._slow_op(buf, pos, n)
+            if pos < 0:
+                return
+        if pos < n:
+            self._hold_partial(buf, pos, n)
+
+    def _finish_payload(self, buf: bytes) -> int:
+        op, subject, reply, hdr, size = self._pending  # type: ignore[misc]
+        self._pending = None
+        if buf[size] != 13 or buf[size + 1] != 10:
+            raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
+        payload = buf[:size]
+        if op is None:
+            self._on_pub(subject, reply, payload)
+        else:
+            self.handler.on_hpub(subject, reply, hdr, payload)
+        return size + 2
+
+    def _hold_partial(self, buf: bytes, pos: int, n: int) -> None:
+        """Keep an incomplete control line, refusing it early the way the reference does."""
+        if self.awaiting_connect and buf[pos] not in b"Cc":
+            raise ProtocolError(AUTHORIZATION_VIOLATION)
+        op = _classify(_CLIENT_OPS, buf, pos, n)
+        if op == _BAD:
+            raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
+        if isinstance(op, tuple) and op[1] != "bare" and n - op[2] > self.max_control_line:
+            raise ProtocolError(MAX_CONTROL_LINE_EXCEEDED)
+        self._buf = buf[pos:]
+
+    def _slow_op(self, buf: bytes, pos: int, n: int) -> int:
+        """Parse one operation in full generality. Returns the next position, or -1 when
+        the rest of buf has been stored to wait for more bytes."""
+        if self.awaiting_connect and buf[pos] not in b"Cc":
+            raise ProtocolError(AUTHORIZATION_VIOLATION)
+        eol = buf.find(b"\n", pos)
+        if eol < 0:
+            self._hold_partial(buf, pos, n)
+            return -1
+        op = _classify(_CLIENT_OPS, buf, pos, eol)
+        if not isinstance(op, tuple):
+            raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
+        name, kind, arg_start = op
+        handler = self.handler
+        if kind == "bare":
+            if name == b"PING":
+                handler.on_ping()
+            elif name == b"PONG":
+                handler.on_pong()
+            return eol + 1
+        if arg_start == eol:
+            # The reference takes a LF right after the blanks as the first argument byte,
+            # so the argument runs on to the next LF.
+            eol = buf.find(b"\n", eol + 1)
+            if eol < 0:
+                if n - arg_start > self.max_control_line:
+                    raise ProtocolError(MAX_CONTROL_LINE_EXCEEDED)
+                self._buf = buf[pos:]
+                return -1
+        arg = buf[arg_start:eol]
+        if b"\r" in arg[1:]:
+            arg = arg[:-1]
+        if len(arg) > self.max_control_line:
+            raise ProtocolError(MAX_CONTROL_LINE_EXCEEDED)
+        nxt = eol + 1
+        if name == b"PUB" or name == b"HPUB":
+            return self._pub_args(name, arg, buf, nxt, n)
+        if name == b"SUB":
+            f = split_fields_ws(arg)
+            if len(f) == 2:
+                handler.on_sub(f[0], None, f[1])
+            elif len(f) == 3:
+                handler.on_sub(f[0], f[1], f[2])
+            else:
+                raise ProtocolError(None, f"SUB parse error: {arg!r}")
+            return nxt
+        if name == b"UNSUB":
+            f = split_fields_ws(arg)
+            if len(f) == 1:
+                handler.on_unsub(f[0], -1)
+            elif len(f) == 2:
+                handler.on_unsub(f[0], parse_size(f[1]))
+            else:
+                raise ProtocolError(None, f"UNSUB parse error: {arg!r}")
+            return nxt
+        if name == b"CONNECT":
+            handler.on_connect(arg)
+            return nxt
+        if name == b"INFO":
+            try:
+                json.loads(arg)
+            except ValueError as exc:
+                raise ProtocolError(None, "bad INFO from client") from exc
+            return nxt
+        if name == b"HMSG":
+            # The reference accepts HMSG from a client as an empty message with no subject.
+            if nxt + 2 > n:
+                self._wait_payload(buf, nxt, 0, (None, b"", None, 0, 0))
+                return -1
+            if buf[nxt] != 13 or buf[nxt + 1] != 10:
+                raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
+            self._on_pub(b"", None, b"")
+            return nxt + 2
+        # -ERR from a client: the reference logs it and closes the connection.
+        raise ProtocolError(None, f"client sent -ERR {arg!r}")
+
+    def _pub_args(self, name: bytes, arg: bytes, buf: bytes, start: int, n: int) -> int:
+        f = split_fields(arg)
+        hdr = 0
+        if name == b"PUB":
+            if len(f) == 2:
+                subject, reply, size = f[0], None, parse_size(f[1])
+            elif len(f) == 3:
+                subject, reply, size = f[0], f[1], parse_size(f[2])
+            else:
+                raise ProtocolError(None, f"PUB parse error: {arg!r}")
+            if size < 0:
+                raise ProtocolError(None, f"PUB bad or missing size: {arg!r}")
+        else:
+            if not self.headers:
+                raise ProtocolError(None, "HPUB without headers support")
+            if len(f) == 3:
+                subject, reply, hdr, size = f[0], None, parse_size(f[1]), parse_size(f[2])
+            elif len(f) == 4:
+                subject, reply, hdr, size = f[0], f[1], parse_size(f[2]), parse_size(f[3])
+            else:
+                raise ProtocolError(None, f"HPUB parse error: {arg!r}")
+            if hdr < 0 or size < 0 or hdr > size:
+                raise ProtocolError(None, f"HPUB bad sizes: {arg!r}")
+        if size > self.max_payload:
+            raise ProtocolError(MAX_PAYLOAD_VIOLATION)
+        if self.pedantic and not is_valid_literal_subject(subject):
+            self.handler.on_soft_error(INVALID_PUBLISH_SUBJECT)
+        end = start + size
+        pending = (None if name == b"PUB" else name, subject, reply, hdr, size)
+        if end + 2 > n:
+            if end < n and buf[end] != 13:
+                raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
+            self._wait_payload(buf, start, size, pending)
+            return -1
+        if buf[end] != 13 or buf[end + 1] != 10:
+            raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
+        if name == b"PUB":
+            self._on_pub(subject, reply, buf[start:end])
+        else:
+            self.handler.on_hpub(subject, reply, hdr, buf[start:end])
+        return end + 2
+
+
+class ServerOpHandler(Protocol):
+    """What a client implements to receive server operations."""
+
+    def on_info(self, info: dict[str, Any]) -> None: ...
+    def on_msg(
+        self, subject: bytes, sid: bytes, reply: bytes | None, hdr: bytes | None, payload: bytes
+    ) -> None: ...
+    def on_ping(self) -> None: ...
+    def on_pong(self) -> None: ...
+    def on_ok(self) -> None: ...
+    def on_err(self, message: str) -> None: ...
+
+
+class ServerOpParser(_Framer):
+    """Parses server operations for a client. Raises ProtocolError on malformed input."""
+
+    def __init__(self, handler: ServerOpHandler, max_control_line: int = 1024 * 1024) -> None:
+        super().__init__()
+        self.handler = handler
+        self.max_control_line = max_control_line
+        self._on_msg = handler.on_msg
+
+    def feed(self, data: bytes) -> None:
+        buf = self._take(data)
+        if buf is None:
+            return
+        pos = 0
+        if self._pending is not None:
+            sid, subject, reply, hdr, size = self._pending
+            self._pending = None
+            if buf[size] != 13 or buf[size + 1] != 10:
+                raise ProtocolError(None, "payload not followed by CRLF")
+            if hdr:
+                self._on_msg(subject, sid, reply, buf[:hdr], buf[hdr:size])
+            else:
+                self._on_msg(subject, sid, reply, None, buf[:size])
+            pos = size + 2
+        n = len(buf)
+        on_msg = self._on_msg
+        while pos < n:
+            eol = buf.find(b"\n", pos)
+            if eol < 0:
+                if n - pos > self.max_control_line:
+                    raise ProtocolError(None, "control line too long")
+                op = _classify(_SERVER_OPS, buf, pos, n)
+                if op == _BAD:
+                    raise ProtocolError(None, f"unknown operation {buf[pos:pos + 16]!r}")
+                self._buf = buf[pos:]
+                return
+            line_end = eol - 1 if buf[eol - 1] == 13 else eol
+            if buf.startswith(b"MSG ", pos):
+                f = buf[pos + 4 : line_end].split()
+                hdr = 0
+                if len(f) == 3:
+                    subject, sid, reply, szb = f[0], f[1], None, f[2]
+                elif len(f) == 4:
+                    subject, sid, reply, szb = f
+                else:
+                    raise ProtocolError(None, f"bad MSG line {buf[pos:eol]!r}")
+                size = parse_size(szb)
+            else:
+                op = _classify(_SERVER_OPS, buf, pos, eol)
+                if not isinstance(op, tuple):
+                    raise ProtocolError(None, f"unknown operation {buf[pos:eol]!r}")
+                name, _kind, arg_start = op
+                arg = buf[arg_start:line_end]
+                if name == b"PING":
+                    self.handler.on_ping()
+                    pos = eol + 1
+                    continue
+                if name == b"PONG":
+                    self.handler.on_pong()
+                    pos = eol + 1
+                    continue
+                if name == b"+OK":
+                    self.handler.on_ok()
+                    pos = eol + 1
+                    continue
+                if name == b"-ERR":
+                    self.handler.on_err(_unquote(arg.decode(errors="replace")))
+                    pos = eol + 1
+                    continue
+                if name == b"INFO":
+                    try:
+                        info = json.loads(arg)
+                    except ValueError as exc:
+                        raise ProtocolError(None, "bad INFO JSON") from exc
+                    self.handler.on_info(info)
+                    pos = eol + 1
+                    continue
+                if name == b"MSG":
+                    f = arg.split()
+                    hdr = 0
+                    if len(f) == 3:
+                        subject, sid, reply, szb = f[0], f[1], None, f[2]
+                    elif len(f) == 4:
+                        subject, sid, reply, szb = f
+                    else:
+                        raise ProtocolError(None, f"bad MSG line {buf[pos:eol]!r}")
+                    size = parse_size(szb)
+                else:  # HMSG
+                    f = arg.split()
+                    if len(f) == 4:
+                        subject, sid, reply = f[0], f[1], None
+                        hdr, size = parse_size(f[2]), parse_size(f[3])
+                    elif len(f) == 5:
+                        subject, sid, reply = f[0], f[1], f[2]
+                        hdr, size = parse_size(f[3]), parse_size(f[4])
+                    else:
+                        raise ProtocolError(None, f"bad HMSG line {buf[pos:eol]!r}")
+                    if hdr < 0 or hdr > size:
+                        raise ProtocolError(None, f"bad HMSG sizes {buf[pos:eol]!r}")
+            if size < 0:
+                raise ProtocolError(None, f"bad size in {buf[pos:eol]!r}")
+            start = eol + 1
+            end = start + size
+            if end + 2 > n:
+                self._wait_payload(buf, start, size, (sid, subject, reply, hdr, size))
+                return
+            if buf[end] != 13 or buf[end + 1] != 10:
+                raise ProtocolError(None, "payload not followed by CRLF")
+            if hdr:
+                on_msg(subject, sid, reply, buf[start : start + hdr], buf[start + hdr : end])
+            else:
+                on_msg(subject, sid, reply, None, buf[start:end])
+            pos = end + 2
+
+
+def _unquote(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == "'" and text[-1] == "'":
+        return text[1:-1]
+    return text

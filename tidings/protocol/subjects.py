@@ -1,0 +1,75 @@
+"""Subject validation, tokenizing and wildcard matching, with the reference server's rules.
+
+A subject is one or more non-empty tokens separated by '.'. A token that is exactly `*` matches
+any one token; a token that is exactly `>` matches one or more trailing tokens and must be last.
+`*` or `>` inside a longer token is an ordinary character, as in nats-server.
+"""
+
+from __future__ import annotations
+
+_WHITESPACE = frozenset(b" \t\r\n\f")
+
+
+def is_valid_subject(subject: bytes | str) -> bool:
+    """True for a subject usable in SUB: non-empty tokens, no white space, `>` only last."""
+    if isinstance(subject, str):
+        subject = subject.encode()
+    if not subject:
+        return False
+    tokens = subject.split(b".")
+    last = len(tokens) - 1
+    for i, tok in enumerate(tokens):
+        if not tok:
+            return False
+        if len(tok) == 1:
+            if tok == b">" and i != last:
+                return False
+            if tok[0] in _WHITESPACE:
+                return False
+        elif not _WHITESPACE.isdisjoint(tok):
+            return False
+    return True
+
+
+def is_valid_literal_subject(subject: bytes | str) -> bool:
+    """True for a subject usable in PUB under pedantic mode: valid and without wildcards."""
+    if isinstance(subject, str):
+        subject = subject.encode()
+    if not is_valid_subject(subject):
+        return False
+    for tok in subject.split(b"."):
+        if tok == b"*" or tok == b">":
+            return False
+    return True
+
+
+def is_valid_queue_name(queue: bytes | str) -> bool:
+    """A queue group name: non-empty, no white space."""
+    if isinstance(queue, str):
+        queue = queue.encode()
+    return bool(queue) and _WHITESPACE.isdisjoint(queue)
+
+
+def has_wildcard(subject: bytes) -> bool:
+    """True when some token of `subject` is exactly `*` or `>`."""
+    if b"*" not in subject and b">" not in subject:
+        return False
+    return any(tok == b"*" or tok == b">" for tok in subject.split(b"."))
+
+
+def subject_matches(pattern: bytes | str, subject: bytes | str) -> bool:
+    """True when the literal `subject` matches the (possibly wildcard) `pattern`."""
+    if isinstance(pattern, str):
+        pattern = pattern.encode()
+    if isinstance(subject, str):
+        subject = subject.encode()
+    ptoks = pattern.split(b".")
+    stoks = subject.split(b".")
+    for i, ptok in enumerate(ptoks):
+        if ptok == b">":
+            return len(stoks) > i
+        if i >= len(stoks):
+            return False
+        if ptok != b"*" and ptok != stoks[i]:
+            return False
+    return len(ptoks) == len(stoks)

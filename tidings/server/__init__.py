@@ -1,0 +1,1 @@
+"""The core NATS server on asyncio."""

@@ -1,0 +1,317 @@
+"""One client connection on the server: protocol handler, routing of its publishes, limits.
+
+Outbound bytes are collected per connection in `out` and written once per read of the
+publisher (see Server.flush), so a burst of messages costs one socket write per receiver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..protocol import encode
+from ..protocol.errors import (
+    AUTHENTICATION_TIMEOUT,
+    AUTHORIZATION_VIOLATION,
+    INVALID_CLIENT_PROTOCOL,
+    INVALID_SUBJECT,
+    NO_RESPONDERS_REQUIRES_HEADERS,
+    STALE_CONNECTION,
+    ProtocolError,
+)
+from ..protocol.parser import ClientOpParser
+from ..protocol.subjects import is_valid_subject
+from .sublist import Subscription
+
+if TYPE_CHECKING:
+    from .server import Server
+
+log = logging.getLogger("tidings.server")
+
+OK = encode.OK
+PING = encode.PING
+PONG = encode.PONG
+
+# CONNECT fields and the JSON types the reference accepts for them.
+_CONNECT_TYPES: dict[str, type | tuple[type, ...]] = {
+    "verbose": bool,
+    "pedantic": bool,
+    "tls_required": bool,
+    "echo": bool,
+    "headers": bool,
+    "no_responders": bool,
+    "protocol": int,
+    "name": str,
+    "lang": str,
+    "version": str,
+    "user": str,
+    "pass": str,
+    "auth_token": str,
+    "jwt": str,
+    "nkey": str,
+    "sig": str,
+}
+
+
+class ClientConnection(asyncio.Protocol):
+    """The server side of one client's TCP connection."""
+
+    __slots__ = (
+        "server", "cid", "transport", "parser", "subs", "out", "host", "port",
+        "verbose", "pedantic", "echo", "headers", "no_responders", "protocol",
+        "name", "lang", "version", "connected", "closed", "first_pong_sent",
+        "pings_out", "last_in", "ping_timer", "auth_timer", "stalled_since", "drain_mark",
+        "in_msgs", "in_bytes", "out_msgs", "out_bytes", "started",
+    )
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.cid = 0
+        self.transport: asyncio.Transport | None = None
+        opts = server.options
+        self.parser = ClientOpParser(self, opts.max_payload, opts.max_control_line)
+        self.parser.pedantic = True
+        self.subs: dict[bytes, Subscription] = {}
+        self.out: list[bytes] = []
+        self.host = ""
+        self.port = 0
+        # The reference's defaults before (and for fields absent from) CONNECT.
+        self.verbose = True
+        self.pedantic = True
+        self.echo = True
+        self.headers = False
+        self.no_responders = False
+        self.protocol = 0
+        self.name = ""
+        self.lang = ""
+        self.version = ""
+        self.connected = False
+        self.closed = False
+        self.first_pong_sent = False
+        self.pings_out = 0
+        self.last_in = 0.0
+        self.ping_timer: asyncio.TimerHandle | None = None
+        self.auth_timer: asyncio.TimerHandle | None = None
+        self.stalled_since = 0.0
+        self.drain_mark = 0
+        self.in_msgs = 0
+        self.in_bytes = 0
+        self.out_msgs = 0
+        self.out_bytes = 0
+        self.started = time.time()
+
+    # -- asyncio callbacks ---------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        server = self.server
+        opts = server.options
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.host, self.port = peer[0], peer[1]
+        transport.set_write_buffer_limits(high=opts.max_pending)
+        self.cid = server.next_cid()
+        self.last_in = time.monotonic()
+        transport.write(server.info_for(self))
+        if not server.register(self):
+            return
+        loop = server.loop
+        self.ping_timer = loop.call_later(opts.ping_interval, self._ping_tick)
+        if opts.auth_required:
+            self.parser.awaiting_connect = True
+            self.auth_timer = loop.call_later(opts.auth_timeout, self._auth_expired)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_in = time.monotonic()
+        try:
+            self.parser.feed(data)
+        except ProtocolError as exc:
+            self.close_with_error(exc.err, str(exc))
+        self.server.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        for timer in (self.ping_timer, self.auth_timer):
+            if timer is not None:
+                timer.cancel()
+        self.server.unregister(self)
+
+    def pause_writing(self) -> None:
+        # The transport buffers more than max_pending: a slow consumer, as the reference.
+        if not self.closed:
+            self.server.slow_consumers += 1
+            log.warning("cid=%d slow consumer: more than %d bytes pending",
+                        self.cid, self.server.options.max_pending)
+            self.abort()
+
+    def resume_writing(self) -> None:
+        pass
+
+    # -- output --------------------------------------------------------------
+    def queue(self, data: bytes) -> None:
+        if self.closed:
+            return
+        out = self.out
+        if not out:
+            self.server.dirty.append(self)
+        out.append(data)
+
+    def send_err(self, err: str) -> None:
+        self.queue(encode.err(err))
+
+    def close_with_error(self, err: str | None, detail: str = "") -> None:
+        """Send `-ERR '<err>'` (if any), flush what is queued, and close."""
+        if self.closed:
+            return
+        if err:
+            self.send_err(err)
+        if detail:
+            log.debug("cid=%d closing: %s", self.cid, detail)
+        self.server.flush()
+        self.closed = True
+        self.parser.awaiting_connect = False
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- timers --------------------------------------------------------------
+    def _ping_tick(self) -> None:
+        if self.closed:
+            return
+        opts = self.server.options
+        if time.monotonic() - self.last_in >= opts.ping_interval or not self.first_pong_sent:
+            if self.pings_out + 1 > opts.ping_max:
+                self.close_with_error(STALE_CONNECTION, "stale connection")
+                return
+            self.pings_out += 1
+            self.queue(PING)
+            self.server.flush()
+        self.ping_timer = self.server.loop.call_later(opts.ping_interval, self._ping_tick)
+
+    def _auth_expired(self) -> None:
+        if not self.connected and not self.closed:
+            self.close_with_error(AUTHENTICATION_TIMEOUT, "authentication timeout")
+
+    # -- ClientOpHandler -----------------------------------------------------
+    def on_connect(self, arg: bytes) -> None:
+        try:
+            opts: Any = json.loads(arg)
+        except ValueError as exc:
+            raise ProtocolError(None, f"bad CONNECT JSON: {arg[:64]!r}") from exc
+        if opts is None:
+            opts = {}
+        if not isinstance(opts, dict):
+            raise ProtocolError(None, "CONNECT is not a JSON object")
+        for key, kind in _CONNECT_TYPES.items():
+            value = opts.get(key)
+            if value is not None and (not isinstance(value, kind) or
+                                      (kind is int and isinstance(value, bool))):
+                raise ProtocolError(None, f"CONNECT field {key} has the wrong type")
+        server = self.server
+        if self.auth_timer is not None:
+            self.auth_timer.cancel()
+            self.auth_timer = None
+        if server.options.auth_required and not server.authenticate(opts):
+            raise ProtocolError(AUTHORIZATION_VIOLATION, "authorization violation")
+        self.parser.awaiting_connect = False
+        self.connected = True
+        self.verbose = opts.get("verbose", self.verbose)
+        self.pedantic = self.parser.pedantic = opts.get("pedantic", self.pedantic)
+        self.echo = opts.get("echo", self.echo)
+        self.headers = self.parser.headers = bool(opts.get("headers", self.headers))
+        self.no_responders = opts.get("no_responders", self.no_responders)
+        self.protocol = opts.get("protocol", self.protocol)
+        self.name = opts.get("name", self.name)
+        self.lang = opts.get("lang", self.lang)
+        self.version = opts.get("version", self.version)
+        if self.protocol < 0 or self.protocol > 1:
+            raise ProtocolError(INVALID_CLIENT_PROTOCOL)
+        if self.no_responders and not self.headers:
+            raise ProtocolError(NO_RESPONDERS_REQUIRES_HEADERS)
+        if self.verbose:
+            self.queue(OK)
+
+    def on_ping(self) -> None:
+        self.queue(PONG)
+        if self.connected and not self.first_pong_sent:
+            self.first_pong_sent = True
+            if self.protocol >= 1:
+                self.queue(self.server.info_for(self, connect_info=True))
+
+    def on_pong(self) -> None:
+        self.pings_out = 0
+
+    def on_soft_error(self, err: str) -> None:
+        self.send_err(err)
+
+    def on_sub(self, subject: bytes, queue: bytes | None, sid: bytes) -> None:
+        if sid not in self.subs:
+            if not is_valid_subject(subject):
+                self.send_err(INVALID_SUBJECT)
+                return
+            sub = Subscription(self, subject, queue, sid)
+            self.subs[sid] = sub
+            self.server.sublist.insert(sub)
+        if self.verbose:
+            self.queue(OK)
+
+    def on_unsub(self, sid: bytes, max_msgs: int) -> None:
+        sub = self.subs.get(sid)
+        if sub is not None:
+            if max_msgs > 0 and max_msgs > sub.delivered:
+                sub.max = max_msgs
+            else:
+                self.remove_sub(sub)
+        if self.verbose:
+            self.queue(OK)
+
+    def remove_sub(self, sub: Subscription) -> None:
+        sub.closed = True
+        if self.subs.get(sub.sid) is sub:
+            del self.subs[sub.sid]
+        self.server.sublist.remove(sub)
+
+    def on_pub(self, subject: bytes, reply: bytes | None, payload: bytes) -> None:
+        if self.verbose:
+            self.queue(OK)
+        self.in_msgs += 1
+        self.in_bytes += len(payload)
+        if reply:
+            tail = b"%b %d\r\n%b\r\n" % (reply, len(payload), payload)
+        else:
+            tail = b"%d\r\n%b\r\n" % (len(payload), payload)
+        self.server.route(self, subject, reply, b"MSG " + subject, tail, None, len(payload))
+
+    def on_hpub(self, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> None:
+        if self.verbose:
+            self.queue(OK)
+        self.in_msgs += 1
+        self.in_bytes += len(data)
+        size = len(data)
+        payload = data[hdr_len:]
+        if reply:
+            tail = b"%b %d %d\r\n%b\r\n" % (reply, hdr_len, size, data)
+            plain_tail = b"%b %d\r\n%b\r\n" % (reply, len(payload), payload)
+        else:
+            tail = b"%d %d\r\n%b\r\n" % (hdr_len, size, data)
+            plain_tail = b"%d\r\n%b\r\n" % (len(payload), payload)
+        self.server.route(
+            self, subject, reply, b"HMSG " + subject, tail, (b"MSG " + subject, plain_tail), size
+        )
+
+    def no_responders_reply(self, subject: bytes, reply: bytes) -> None:
+        """Tell a requester that nobody listens on `subject`, with a 503 status message."""
+        plain, _ = self.server.sublist.match(reply)
+        for sub in plain:
+            if sub.client is self:
+                hdr = b"NATS/1.0 503\r\nNats-Subject: %b\r\n\r\n" % subject
+                self.queue(b"HMSG %b %b %d %d\r\n%b\r\n" % (reply, sub.sid, len(hdr), len(hdr), hdr))
+                return

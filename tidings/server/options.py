@@ -1,0 +1,75 @@
+"""Server options: defaults of the reference nats-server, and the command line that sets them."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from ..protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD
+
+
+@dataclass
+class ServerOptions:
+    host: str = "0.0.0.0"
+    port: int = 4222
+    name: str = ""
+    http_port: int = 0
+    max_payload: int = MAX_PAYLOAD
+    max_control_line: int = MAX_CONTROL_LINE
+    max_connections: int = 64 * 1024
+    max_pending: int = 64 * 1024 * 1024
+    ping_interval: float = 120.0
+    ping_max: int = 2
+    auth_timeout: float = 2.0
+    write_deadline: float = 10.0
+    user: str = ""
+    password: str = ""
+    token: str = ""
+    no_log: bool = False
+    debug: bool = False
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def auth_required(self) -> bool:
+        return bool(self.user or self.token)
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags named as nats-server's."""
+    d = ServerOptions()
+    parser.add_argument("-a", "--addr", "--net", dest="host", default=d.host,
+                        help="bind to host address (default %(default)s)")
+    parser.add_argument("-p", "--port", type=int, default=d.port,
+                        help="port for clients; 0 picks a free port (default %(default)s)")
+    parser.add_argument("-n", "--name", "--server_name", dest="name", default=d.name,
+                        help="server name (default: the server id)")
+    parser.add_argument("-m", "--http_port", type=int, default=d.http_port,
+                        help="HTTP port for monitoring (reserved)")
+    parser.add_argument("--max_payload", type=int, default=d.max_payload,
+                        help="maximum message payload in bytes (default %(default)s)")
+    parser.add_argument("--max_control_line", type=int, default=d.max_control_line,
+                        help="maximum control line in bytes (default %(default)s)")
+    parser.add_argument("--max_connections", type=int, default=d.max_connections,
+                        help="maximum client connections (default %(default)s)")
+    parser.add_argument("--max_pending", type=int, default=d.max_pending,
+                        help="maximum bytes buffered for a client (default %(default)s)")
+    parser.add_argument("--ping_interval", type=float, default=d.ping_interval,
+                        help="seconds between server pings (default %(default)s)")
+    parser.add_argument("--ping_max", type=int, default=d.ping_max,
+                        help="unanswered pings before closing (default %(default)s)")
+    parser.add_argument("--auth_timeout", type=float, default=d.auth_timeout,
+                        help="seconds a client has to send CONNECT when auth is on")
+    parser.add_argument("--write_deadline", type=float, default=d.write_deadline,
+                        help="seconds a client may block writes before it is a slow consumer")
+    parser.add_argument("--user", default="", help="user required for connections")
+    parser.add_argument("--pass", dest="password", default="", help="password required")
+    parser.add_argument("--auth", dest="token", default="", help="token required")
+    parser.add_argument("-l", "--log_file", default="", help="(accepted for compatibility)")
+    parser.add_argument("-q", "--quiet", dest="no_log", action="store_true",
+                        help="log only errors")
+    parser.add_argument("-D", "--debug", action="store_true", help="debug logging")
+
+
+def options_from_args(args: argparse.Namespace) -> ServerOptions:
+    fields = ServerOptions.__dataclass_fields__
+    return ServerOptions(**{k: v for k, v in vars(args).items() if k in fields and k != "extra"})

@@ -1,0 +1,263 @@
+"""The core server: listener, client registry, message routing, output flushing, lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import platform
+import secrets
+import signal
+import time
+from typing import Any
+
+from .. import __version__
+from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
+from .client import ClientConnection
+from .options import ServerOptions
+from .sublist import Sublist, Subscription
+
+log = logging.getLogger("tidings.server")
+
+# The NATS protocol level we implement; clients gate features (headers, no responders) on it.
+NATS_VERSION = "2.11.0"
+_B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+
+
+def new_server_id() -> str:
+    """An id shaped like the reference's: 'N' and 55 base32 characters."""
+    return "N" + "".join(secrets.choice(_B32) for _ in range(55))
+
+
+class Server:
+    """A NATS server. `await start()`, then `await shutdown()` (or `serve_forever()`)."""
+
+    def __init__(self, options: ServerOptions | None = None) -> None:
+        self.options = options or ServerOptions()
+        self.server_id = new_server_id()
+        self.name = self.options.name or self.server_id
+        self.sublist = Sublist()
+        self.clients: dict[int, ClientConnection] = {}
+        self.dirty: list[ClientConnection] = []
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self.port = self.options.port
+        self.slow_consumers = 0
+        self.total_connections = 0
+        self.started = time.time()
+        self._cid = 0
+        self._qseq = 0
+        self._listener: asyncio.AbstractServer | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._stopped = asyncio.Event()
+        self._info: dict[str, Any] = {}
+
+    # -- lifecycle -----------------------------------------------------------
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        opts = self.options
+        self._listener = await self.loop.create_server(
+            lambda: ClientConnection(self), opts.host, opts.port, reuse_address=True, backlog=4096
+        )
+        self.port = self._listener.sockets[0].getsockname()[1]
+        self._info = {
+            "server_id": self.server_id,
+            "server_name": self.name,
+            "version": NATS_VERSION,
+            "proto": 1,
+            "go": f"tidings {__version__} python {platform.python_version()}",
+            "host": opts.host,
+            "port": self.port,
+            "headers": True,
+            "max_payload": opts.max_payload,
+        }
+        if opts.auth_required:
+            self._info["auth_required"] = True
+        if opts.write_deadline > 0:
+            self._sweeper = self.loop.call_later(1.0, self._sweep_writes)
+        log.info("Listening for client connections on %s:%d", opts.host, self.port)
+        log.info("Server is ready")
+
+    async def shutdown(self) -> None:
+        """Stop accepting, flush what every client has pending, close every connection."""
+        if self._listener is not None:
+            self._listener.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        self.flush()
+        for client in list(self.clients.values()):
+            client.closed = True
+            if client.transport is not None:
+                client.transport.close()
+        if self._listener is not None:
+            await self._listener.wait_closed()
+            self._listener = None
+        self._stopped.set()
+
+    async def serve_forever(self) -> None:
+        await self._stopped.wait()
+
+    def request_stop(self) -> None:
+        asyncio.ensure_future(self.shutdown())
+
+    # -- clients -------------------------------------------------------------
+    def next_cid(self) -> int:
+        self._cid += 1
+        return self._cid
+
+    def info_for(self, client: ClientConnection, connect_info: bool = False) -> bytes:
+        info = dict(self._info)
+        info["client_id"] = client.cid
+        info["client_ip"] = client.host
+        if connect_info:
+            info["connect_info"] = True
+            info["remote_account"] = "$G"
+        # The reference ends INFO with a space before CRLF.
+        return b"INFO " + json.dumps(info, separators=(",", ":")).encode() + b" \r\n"
+
+    def register(self, client: ClientConnection) -> bool:
+        if len(self.clients) >= self.options.max_connections:
+            client.close_with_error(MAX_CONNECTIONS_EXCEEDED, "max connections")
+            return False
+        self.clients[client.cid] = client
+        self.total_connections += 1
+        return True
+
+    def unregister(self, client: ClientConnection) -> None:
+        if self.clients.pop(client.cid, None) is None:
+            return
+        for sub in client.subs.values():
+            sub.closed = True
+            self.sublist.remove(sub)
+        client.subs.clear()
+
+    def authenticate(self, connect: dict[str, Any]) -> bool:
+        opts = self.options
+        if opts.token:
+            return _same(connect.get("auth_token"), opts.token)
+        return _same(connect.get("user"), opts.user) and _same(connect.get("pass"), opts.password)
+
+    # -- routing -------------------------------------------------------------
+    def route(
+        self,
+        pub: ClientConnection,
+        subject: bytes,
+        reply: bytes | None,
+        head: bytes,
+        tail: bytes,
+        plain_alt: tuple[bytes, bytes] | None,
+        size: int,
+    ) -> None:
+        """Deliver one message to every matching subscription and one member per queue group.
+
+        `head` + sid + `tail` is the frame; `plain_alt` is the same as MSG without headers,
+        for receivers that did not announce header support.
+        """
+        sublist = self.sublist
+        result = sublist.cache.get(subject) or sublist.match(subject)
+        plain, groups = result
+        delivered = False
+        for sub in plain:
+            if self._deliver(pub, sub, head, tail, plain_alt):
+                delivered = True
+        for group in groups:
+            n = len(group)
+            self._qseq += 1
+            start = self._qseq % n
+            for k in range(n):
+                if self._deliver(pub, group[(start + k) % n], head, tail, plain_alt):
+                    delivered = True
+                    break
+        if not delivered and reply and pub.no_responders:
+            pub.no_responders_reply(subject, reply)
+
+    def _deliver(
+        self,
+        pub: ClientConnection,
+        sub: Subscription,
+        head: bytes,
+        tail: bytes,
+        plain_alt: tuple[bytes, bytes] | None,
+    ) -> bool:
+        client = sub.client
+        if client.closed or sub.closed or (client is pub and not pub.echo):
+            return False
+        if plain_alt is not None and not client.headers:
+            head, tail = plain_alt
+        out = client.out
+        if not out:
+            self.dirty.append(client)
+        out.append(head + sub.sid_sp + tail)
+        client.out_msgs += 1
+        sub.delivered += 1
+        if sub.max and sub.delivered >= sub.max:
+            client.remove_sub(sub)
+        return True
+
+    def flush(self) -> None:
+        """Write every connection's queued bytes with one write each."""
+        dirty = self.dirty
+        if not dirty:
+            return
+        self.dirty = []
+        for client in dirty:
+            out = client.out
+            if client.closed or client.transport is None:
+                out.clear()
+                continue
+            data = out[0] if len(out) == 1 else b"".join(out)
+            out.clear()
+            client.out_bytes += len(data)
+            client.transport.write(data)
+
+    def _sweep_writes(self) -> None:
+        """Close clients whose socket has not drained for longer than the write deadline."""
+        now = time.monotonic()
+        deadline = self.options.write_deadline
+        for client in list(self.clients.values()):
+            transport = client.transport
+            if transport is None or client.closed:
+                continue
+            pending = transport.get_write_buffer_size()
+            if pending == 0:
+                client.stalled_since = 0.0
+                continue
+            drained = client.out_bytes - pending  # grows while the socket makes progress
+            if drained != client.drain_mark or not client.stalled_since:
+                client.drain_mark = drained
+                client.stalled_since = now
+            elif now - client.stalled_since > deadline:
+                self.slow_consumers += 1
+                log.warning("cid=%d slow consumer: write deadline exceeded", client.cid)
+                client.abort()
+        self._sweeper = self.loop.call_later(1.0, self._sweep_writes)
+
+
+def _same(given: Any, expected: str) -> bool:
+    return isinstance(given, str) and hmac.compare_digest(given.encode(), expected.encode())
+
+
+def install_uvloop() -> bool:
+    """Use uvloop for new event loops when it is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return False
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return True
+
+
+async def run(options: ServerOptions, extra_start: Any = None) -> None:
+    """Run a server until SIGINT or SIGTERM, then shut down cleanly."""
+    server = Server(options)
+    await server.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, server.request_stop)
+        except (NotImplementedError, RuntimeError):
+            pass
+    if extra_start is not None:
+        await extra_start(server)
+    await server.serve_forever()
+    log.info("Server exiting")
