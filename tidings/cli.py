@@ -50,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     streaming.add_argument("--dir", default="", help="streaming store directory")
     streaming.add_argument("--no_streaming", action="store_true", help="turn streaming off")
     server.set_defaults(func=_cmd_server)
+
+    from .bench import cli as bench_cli
+
+    bench = commands.add_parser("bench", help="measure any NATS server (like `nats bench`)")
+    bench_cli.configure(bench)
+    bench.set_defaults(func=bench_cli.run)
     return parser
 
 
