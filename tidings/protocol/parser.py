@@ -16,6 +16,7 @@ reference does, while unknown operations get `-ERR 'Unknown Protocol Operation'`
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any, Protocol
 
@@ -28,6 +29,13 @@ from .errors import (
     ProtocolError,
 )
 from .subjects import is_valid_literal_subject
+
+try:
+    if os.environ.get("TIDINGS_PURE_PYTHON"):
+        raise ImportError("pure Python requested")
+    from ._speedups import scan_pubs
+except ImportError:  # no compiler at install time, or TIDINGS_PURE_PYTHON set
+    scan_pubs = None
 
 MAX_CONTROL_LINE = 4096
 MAX_PAYLOAD = 1024 * 1024
@@ -169,13 +177,21 @@ class _Framer:
 
 
 class ClientOpParser(_Framer):
-    """Parses client operations for the server; see the module docstring for the rules."""
+    """Parses client operations for the server; see the module docstring for the rules.
+
+    `interest` is an optional (cache, empty) pair: a dict from subject to routing result and
+    the value that means "nobody listens". With it, and while `bulk` is set (the handler
+    wants no per-message acknowledgement or subject check), runs of plain PUB frames go
+    through the compiled scanner, which skips messages nobody listens to (counted in
+    `unrouted_msgs`/`unrouted_bytes`) and hands the rest to on_pub.
+    """
 
     def __init__(
         self,
         handler: ClientOpHandler,
         max_payload: int = MAX_PAYLOAD,
         max_control_line: int = MAX_CONTROL_LINE,
+        interest: tuple[dict[bytes, Any], Any] | None = None,
     ) -> None:
         super().__init__()
         self.handler = handler
@@ -184,6 +200,11 @@ class ClientOpParser(_Framer):
         self.headers = False  # set once CONNECT says the client supports headers
         self.pedantic = False
         self.awaiting_connect = False  # when auth is required, the first op must be CONNECT
+        self.bulk = False
+        self.keep_replies = False  # pass unrouted requests on (for no-responders replies)
+        self.unrouted_msgs = 0
+        self.unrouted_bytes = 0
+        self._interest = interest if scan_pubs is not None else None
         self._on_pub = handler.on_pub
 
     def feed(self, data: bytes) -> None:
@@ -197,7 +218,20 @@ class ClientOpParser(_Framer):
         n = len(buf)
         on_pub = self._on_pub
         max_payload = self.max_payload
+        interest = self._interest
         while pos < n:
+            if interest is not None and self.bulk and not self.awaiting_connect:
+                ops: list[tuple[bytes, bytes | None, bytes]] = []
+                pos, skipped, skipped_bytes = scan_pubs(  # type: ignore[misc]
+                    buf, pos, max_payload, self.max_control_line, interest[0], interest[1],
+                    self.keep_replies, ops,
+                )
+                self.unrouted_msgs += skipped
+                self.unrouted_bytes += skipped_bytes
+                for subject, reply, payload in ops:
+                    on_pub(subject, reply, payload)
+                if pos >= n:
+                    break
             # Fast path: "PUB <subject> [reply] <size>\r\n" with single spaces.
             if buf.startswith(b"PUB ", pos) and not self.awaiting_connect:
                 eol = buf.find(b"\n", pos)

@@ -24,7 +24,7 @@ from ..protocol.errors import (
 )
 from ..protocol.parser import ClientOpParser
 from ..protocol.subjects import is_valid_subject
-from .sublist import Subscription
+from .sublist import EMPTY_RESULT, Subscription
 
 if TYPE_CHECKING:
     from .server import Server
@@ -56,6 +56,31 @@ _CONNECT_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
+# Payloads from this size on are written as their own buffer instead of being copied into
+# each receiver's frame.
+BIG_PAYLOAD = 32 * 1024
+
+Frame = tuple[bytes, bytes, bytes | None]
+
+
+def msg_frame(
+    op: bytes, subject: bytes, reply: bytes | None, data: bytes, hdr_len: int = -1
+) -> Frame:
+    """A MSG/HMSG frame without its sid: head + " <sid> " + tail (+ big + CRLF).
+
+    `data` is the payload, or headers + payload for HMSG (hdr_len >= 0)."""
+    size = len(data)
+    if hdr_len >= 0:
+        sizes = b"%d %d\r\n" % (hdr_len, size)
+    else:
+        sizes = b"%d\r\n" % size
+    if reply:
+        sizes = reply + b" " + sizes
+    if size >= BIG_PAYLOAD:
+        return op + subject, sizes, data
+    return op + subject, sizes + data + b"\r\n", None
+
+
 class ClientConnection(asyncio.Protocol):
     """The server side of one client's TCP connection."""
 
@@ -65,6 +90,7 @@ class ClientConnection(asyncio.Protocol):
         "name", "lang", "version", "connected", "closed", "first_pong_sent",
         "pings_out", "last_in", "ping_timer", "auth_timer", "stalled_since", "drain_mark",
         "in_msgs", "in_bytes", "out_msgs", "out_bytes", "started",
+        "congested", "stalled_producers", "stall_timer", "out_vectored",
     )
 
     def __init__(self, server: Server) -> None:
@@ -72,7 +98,10 @@ class ClientConnection(asyncio.Protocol):
         self.cid = 0
         self.transport: asyncio.Transport | None = None
         opts = server.options
-        self.parser = ClientOpParser(self, opts.max_payload, opts.max_control_line)
+        self.parser = ClientOpParser(
+            self, opts.max_payload, opts.max_control_line,
+            interest=(server.sublist.cache, EMPTY_RESULT),
+        )
         self.parser.pedantic = True
         self.subs: dict[bytes, Subscription] = {}
         self.out: list[bytes] = []
@@ -102,6 +131,10 @@ class ClientConnection(asyncio.Protocol):
         self.out_msgs = 0
         self.out_bytes = 0
         self.started = time.time()
+        self.congested = False  # our socket buffer is over the stall mark
+        self.out_vectored = False  # `out` holds big payloads: write it as separate buffers
+        self.stalled_producers: list[ClientConnection] = []
+        self.stall_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio callbacks ---------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -111,7 +144,10 @@ class ClientConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.host, self.port = peer[0], peer[1]
-        transport.set_write_buffer_limits(high=opts.max_pending)
+        # Over 3/4 of max_pending, producers sending to us are paused (as the reference
+        # stalls them) until we drain below half.
+        transport.set_write_buffer_limits(high=opts.max_pending * 3 // 4,
+                                          low=opts.max_pending // 2)
         self.cid = server.next_cid()
         self.last_in = time.monotonic()
         transport.write(server.info_for(self))
@@ -127,29 +163,54 @@ class ClientConnection(asyncio.Protocol):
         if self.closed:
             return
         self.last_in = time.monotonic()
+        server = self.server
+        server.reader = self
         try:
             self.parser.feed(data)
         except ProtocolError as exc:
             self.close_with_error(exc.err, str(exc))
-        self.server.flush()
+        server.flush()
+        server.reader = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        for timer in (self.ping_timer, self.auth_timer):
+        for timer in (self.ping_timer, self.auth_timer, self.stall_timer):
             if timer is not None:
                 timer.cancel()
+        self.release_producers()
         self.server.unregister(self)
 
     def pause_writing(self) -> None:
-        # The transport buffers more than max_pending: a slow consumer, as the reference.
-        if not self.closed:
-            self.server.slow_consumers += 1
-            log.warning("cid=%d slow consumer: more than %d bytes pending",
-                        self.cid, self.server.options.max_pending)
-            self.abort()
+        self.congested = True
 
     def resume_writing(self) -> None:
-        pass
+        self.congested = False
+        self.release_producers()
+
+    # -- back-pressure -------------------------------------------------------
+    def stall(self, producer: ClientConnection) -> None:
+        """Stop reading from `producer` until we drain (or the write deadline passes)."""
+        if producer.closed or producer.transport is None or producer in self.stalled_producers:
+            return
+        producer.transport.pause_reading()
+        self.stalled_producers.append(producer)
+        if self.stall_timer is None:
+            wait = self.server.options.write_deadline or 10.0
+            self.stall_timer = self.server.loop.call_later(wait, self.release_producers)
+
+    def release_producers(self) -> None:
+        if self.stall_timer is not None:
+            self.stall_timer.cancel()
+            self.stall_timer = None
+        producers, self.stalled_producers = self.stalled_producers, []
+        for producer in producers:
+            if not producer.closed and producer.transport is not None:
+                producer.transport.resume_reading()
+
+    def slow_consumer(self, why: str) -> None:
+        self.server.slow_consumers += 1
+        log.warning("cid=%d slow consumer: %s", self.cid, why)
+        self.abort()
 
     # -- output --------------------------------------------------------------
     def queue(self, data: bytes) -> None:
@@ -236,6 +297,8 @@ class ClientConnection(asyncio.Protocol):
             raise ProtocolError(INVALID_CLIENT_PROTOCOL)
         if self.no_responders and not self.headers:
             raise ProtocolError(NO_RESPONDERS_REQUIRES_HEADERS)
+        self.parser.bulk = not self.verbose and not self.pedantic
+        self.parser.keep_replies = bool(self.no_responders)
         if self.verbose:
             self.queue(OK)
 
@@ -284,27 +347,19 @@ class ClientConnection(asyncio.Protocol):
             self.queue(OK)
         self.in_msgs += 1
         self.in_bytes += len(payload)
-        if reply:
-            tail = b"%b %d\r\n%b\r\n" % (reply, len(payload), payload)
-        else:
-            tail = b"%d\r\n%b\r\n" % (len(payload), payload)
-        self.server.route(self, subject, reply, b"MSG " + subject, tail, None, len(payload))
+        self.server.route(self, subject, reply, msg_frame(b"MSG ", subject, reply, payload), None)
 
     def on_hpub(self, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> None:
         if self.verbose:
             self.queue(OK)
         self.in_msgs += 1
         self.in_bytes += len(data)
-        size = len(data)
-        payload = data[hdr_len:]
-        if reply:
-            tail = b"%b %d %d\r\n%b\r\n" % (reply, hdr_len, size, data)
-            plain_tail = b"%b %d\r\n%b\r\n" % (reply, len(payload), payload)
-        else:
-            tail = b"%d %d\r\n%b\r\n" % (hdr_len, size, data)
-            plain_tail = b"%d\r\n%b\r\n" % (len(payload), payload)
         self.server.route(
-            self, subject, reply, b"HMSG " + subject, tail, (b"MSG " + subject, plain_tail), size
+            self,
+            subject,
+            reply,
+            msg_frame(b"HMSG ", subject, reply, data, hdr_len),
+            msg_frame(b"MSG ", subject, reply, data[hdr_len:]),
         )
 
     def no_responders_reply(self, subject: bytes, reply: bytes) -> None:

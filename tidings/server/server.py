@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import __version__
 from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
-from .client import ClientConnection
+from .client import ClientConnection, Frame
 from .options import ServerOptions
 from .sublist import Sublist, Subscription
 
@@ -40,6 +40,7 @@ class Server:
         self.sublist = Sublist()
         self.clients: dict[int, ClientConnection] = {}
         self.dirty: list[ClientConnection] = []
+        self.reader: ClientConnection | None = None  # whose bytes are being parsed now
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.port = self.options.port
         self.slow_consumers = 0
@@ -143,51 +144,49 @@ class Server:
         pub: ClientConnection,
         subject: bytes,
         reply: bytes | None,
-        head: bytes,
-        tail: bytes,
-        plain_alt: tuple[bytes, bytes] | None,
-        size: int,
+        frame: Frame,
+        plain_frame: Frame | None,
     ) -> None:
         """Deliver one message to every matching subscription and one member per queue group.
 
-        `head` + sid + `tail` is the frame; `plain_alt` is the same as MSG without headers,
-        for receivers that did not announce header support.
+        `plain_frame` is the message as MSG without headers, for receivers that did not
+        announce header support (None when `frame` has no headers).
         """
         sublist = self.sublist
         result = sublist.cache.get(subject) or sublist.match(subject)
         plain, groups = result
         delivered = False
         for sub in plain:
-            if self._deliver(pub, sub, head, tail, plain_alt):
+            if self._deliver(pub, sub, frame, plain_frame):
                 delivered = True
         for group in groups:
             n = len(group)
             self._qseq += 1
             start = self._qseq % n
             for k in range(n):
-                if self._deliver(pub, group[(start + k) % n], head, tail, plain_alt):
+                if self._deliver(pub, group[(start + k) % n], frame, plain_frame):
                     delivered = True
                     break
         if not delivered and reply and pub.no_responders:
             pub.no_responders_reply(subject, reply)
 
     def _deliver(
-        self,
-        pub: ClientConnection,
-        sub: Subscription,
-        head: bytes,
-        tail: bytes,
-        plain_alt: tuple[bytes, bytes] | None,
+        self, pub: ClientConnection, sub: Subscription, frame: Frame, plain_frame: Frame | None
     ) -> bool:
         client = sub.client
         if client.closed or sub.closed or (client is pub and not pub.echo):
             return False
-        if plain_alt is not None and not client.headers:
-            head, tail = plain_alt
+        if plain_frame is not None and not client.headers:
+            frame = plain_frame
+        head, tail, big = frame
         out = client.out
         if not out:
             self.dirty.append(client)
         out.append(head + sub.sid_sp + tail)
+        if big is not None:
+            out.append(big)
+            out.append(b"\r\n")
+            client.out_vectored = True
         client.out_msgs += 1
         sub.delivered += 1
         if sub.max and sub.delivered >= sub.max:
@@ -200,15 +199,28 @@ class Server:
         if not dirty:
             return
         self.dirty = []
+        max_pending = self.options.max_pending
+        reader = self.reader
         for client in dirty:
             out = client.out
-            if client.closed or client.transport is None:
+            transport = client.transport
+            if client.closed or transport is None:
                 out.clear()
                 continue
-            data = out[0] if len(out) == 1 else b"".join(out)
+            if client.out_vectored:
+                client.out_vectored = False
+                client.out_bytes += sum(map(len, out))
+                transport.writelines(out)
+            else:
+                data = out[0] if len(out) == 1 else b"".join(out)
+                client.out_bytes += len(data)
+                transport.write(data)
             out.clear()
-            client.out_bytes += len(data)
-            client.transport.write(data)
+            if client.congested:
+                if transport.get_write_buffer_size() > max_pending:
+                    client.slow_consumer(f"more than {max_pending} bytes pending")
+                elif reader is not None and reader is not client:
+                    client.stall(reader)
 
     def _sweep_writes(self) -> None:
         """Close clients whose socket has not drained for longer than the write deadline."""
@@ -227,9 +239,7 @@ class Server:
                 client.drain_mark = drained
                 client.stalled_since = now
             elif now - client.stalled_since > deadline:
-                self.slow_consumers += 1
-                log.warning("cid=%d slow consumer: write deadline exceeded", client.cid)
-                client.abort()
+                client.slow_consumer("write deadline exceeded")
         self._sweeper = self.loop.call_later(1.0, self._sweep_writes)
 
 

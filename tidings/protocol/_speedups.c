@@ -1,0 +1,144 @@
+/*
+ * Optional compiled fast path for ClientOpParser (tidings/protocol/parser.py).
+ *
+ * scan_pubs() walks a run of well-formed "PUB <subject> [reply] <size>\r\n<payload>\r\n"
+ * frames and stops at the first byte it is not sure about, leaving everything irregular
+ * (other operations, tabs, runs of spaces, oversize or incomplete frames, errors) to the
+ * pure-Python parser, which stays the reference behaviour. Messages whose subject maps to
+ * `empty` in the interest cache (nobody listens) are counted and skipped without creating
+ * Python objects for their payloads; every other message is appended to `out` as a
+ * (subject, reply_or_None, payload) tuple for the caller to route.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+static PyObject *
+scan_pubs(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos, max_payload, max_control_line;
+    PyObject *cache, *empty, *out;
+    int keep_replies;
+
+    if (!PyArg_ParseTuple(args, "y*nnnO!OpO!", &view, &pos, &max_payload, &max_control_line,
+                          &PyDict_Type, &cache, &empty, &keep_replies, &PyList_Type, &out))
+        return NULL;
+
+    const char *buf = (const char *)view.buf;
+    const Py_ssize_t n = view.len;
+    Py_ssize_t dropped = 0, dropped_bytes = 0;
+
+    while (n - pos >= 4) {
+        const char *p = buf + pos;
+        if (p[0] != 'P' || p[1] != 'U' || p[2] != 'B' || p[3] != ' ')
+            break;
+        Py_ssize_t arg_start = pos + 4;
+        Py_ssize_t limit = n - arg_start;
+        if (limit > max_control_line + 2)
+            limit = max_control_line + 2;
+        const char *nl = memchr(buf + arg_start, '\n', (size_t)limit);
+        if (nl == NULL)
+            break;
+        Py_ssize_t eol = nl - buf;
+        if (eol - 1 < arg_start || buf[eol - 1] != '\r')
+            break;
+        Py_ssize_t arg_end = eol - 1;
+        if (arg_end - arg_start > max_control_line)
+            break;
+
+        /* Up to three fields separated by single spaces; anything else goes the slow way. */
+        Py_ssize_t fs[3], fe[3];
+        int nf = 0, ok = 1;
+        Py_ssize_t i = arg_start, start = arg_start;
+        for (; i <= arg_end; i++) {
+            char c = (i < arg_end) ? buf[i] : ' ';
+            if (c == ' ') {
+                if (i == start || nf == 3) { ok = 0; break; }
+                fs[nf] = start; fe[nf] = i; nf++;
+                start = i + 1;
+            } else if (c == '\t' || c == '\r' || c == '\n') {
+                ok = 0; break;
+            }
+        }
+        if (!ok || nf < 2)
+            break;
+        Py_ssize_t szs = fs[nf - 1], sze = fe[nf - 1];
+        if (sze - szs > 9)
+            break;
+        Py_ssize_t size = 0;
+        for (i = szs; i < sze; i++) {
+            char c = buf[i];
+            if (c < '0' || c > '9') { ok = 0; break; }
+            size = size * 10 + (c - '0');
+        }
+        if (!ok || size > max_payload)
+            break;
+        Py_ssize_t pstart = eol + 1, pend = pstart + size;
+        if (pend + 2 > n)
+            break;
+        if (buf[pend] != '\r' || buf[pend + 1] != '\n')
+            break;
+
+        PyObject *subject = PyBytes_FromStringAndSize(buf + fs[0], fe[0] - fs[0]);
+        if (subject == NULL)
+            goto error;
+        PyObject *hit = PyDict_GetItemWithError(cache, subject);
+        if (hit == NULL && PyErr_Occurred()) {
+            Py_DECREF(subject);
+            goto error;
+        }
+        if (hit == empty && (nf == 2 || !keep_replies)) {
+            Py_DECREF(subject);
+            dropped++;
+            dropped_bytes += size;
+            pos = pend + 2;
+            continue;
+        }
+        PyObject *reply;
+        if (nf == 3) {
+            reply = PyBytes_FromStringAndSize(buf + fs[1], fe[1] - fs[1]);
+            if (reply == NULL) { Py_DECREF(subject); goto error; }
+        } else {
+            reply = Py_None;
+            Py_INCREF(reply);
+        }
+        PyObject *payload = PyBytes_FromStringAndSize(buf + pstart, size);
+        if (payload == NULL) { Py_DECREF(subject); Py_DECREF(reply); goto error; }
+        PyObject *op = PyTuple_Pack(3, subject, reply, payload);
+        Py_DECREF(subject);
+        Py_DECREF(reply);
+        Py_DECREF(payload);
+        if (op == NULL)
+            goto error;
+        int rc = PyList_Append(out, op);
+        Py_DECREF(op);
+        if (rc < 0)
+            goto error;
+        pos = pend + 2;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("nnn", pos, dropped, dropped_bytes);
+
+error:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"scan_pubs", scan_pubs, METH_VARARGS,
+     "scan_pubs(buf, pos, max_payload, max_control_line, cache, empty, keep_replies, out)"
+     " -> (pos, dropped, dropped_bytes)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_speedups", "Optional compiled fast path for the PUB parser.", -1,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    return PyModule_Create(&module);
+}
