@@ -62,6 +62,9 @@ BIG_PAYLOAD = 32 * 1024
 
 Frame = tuple[bytes, bytes, bytes | None]
 
+# b"<n>\r\n" for common sizes: formatting costs more than the rest of a small frame.
+_SIZE_LINES = [b"%d\r\n" % n for n in range(4096)]
+
 
 def msg_frame(
     op: bytes, subject: bytes, reply: bytes | None, data: bytes, hdr_len: int = -1
@@ -72,6 +75,8 @@ def msg_frame(
     size = len(data)
     if hdr_len >= 0:
         sizes = b"%d %d\r\n" % (hdr_len, size)
+    elif size < 4096:
+        sizes = _SIZE_LINES[size]
     else:
         sizes = b"%d\r\n" % size
     if reply:
