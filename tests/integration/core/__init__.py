@@ -1,0 +1,1 @@
+"""Core-server integration tests: nats-py, raw protocol, differential, fuzz."""

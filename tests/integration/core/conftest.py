@@ -1,0 +1,84 @@
+"""Fixtures for the core-server tests: pairs of servers (tidings and the reference) with the
+same options, shared by the whole session, and the differential summary line."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.servers import RunningServer, start_reference, start_tidings
+
+# Options of the configurations the differential and raw tests share. The same keyword
+# options start both servers (tests/servers.py turns them into flags or a config file).
+CONFIGS: dict[str, dict[str, Any]] = {
+    "small": {"max_payload": 64, "max_control_line": 96},
+    "auth": {"user": "alice", "password": "s3cret"},
+    "token": {"token": "t0ken"},
+}
+
+# Filled by test_differential.py: exchange name -> "agree" | "allowed" | "differ".
+DIFF_RESULTS: dict[str, str] = {}
+
+
+class ServerPair:
+    """Lazily started tidings + reference servers for each named configuration."""
+
+    def __init__(self) -> None:
+        self._servers: dict[tuple[str, str], RunningServer] = {}
+
+    def get(self, kind: str, config: str) -> RunningServer:
+        key = (kind, config)
+        if key not in self._servers:
+            start = start_tidings if kind == "tidings" else start_reference
+            self._servers[key] = start(**CONFIGS[config])
+        return self._servers[key]
+
+    def stop(self) -> None:
+        for server in self._servers.values():
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def server_pairs(
+    tidings_server: RunningServer, reference_server: RunningServer
+) -> Iterator[ServerPair]:
+    pairs = ServerPair()
+    pairs._servers[("tidings", "default")] = tidings_server
+    pairs._servers[("reference", "default")] = reference_server
+    yield pairs
+    del pairs._servers[("tidings", "default")]
+    del pairs._servers[("reference", "default")]
+    pairs.stop()
+
+
+@pytest.fixture(scope="session")
+def small_tidings(server_pairs: ServerPair) -> RunningServer:
+    """tidings with max_payload 64 and max_control_line 96."""
+    return server_pairs.get("tidings", "small")
+
+
+@pytest.fixture(scope="session")
+def auth_tidings(server_pairs: ServerPair) -> RunningServer:
+    """tidings requiring user alice, password s3cret."""
+    return server_pairs.get("tidings", "auth")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not DIFF_RESULTS:
+        return
+    total = len(DIFF_RESULTS)
+    agree = sum(1 for v in DIFF_RESULTS.values() if v == "agree")
+    allowed = sorted(k for k, v in DIFF_RESULTS.items() if v == "allowed")
+    differ = sorted(k for k, v in DIFF_RESULTS.items() if v == "differ")
+    tr = terminalreporter
+    tr.write_sep("-", "differential: tidings vs reference nats-server")
+    tr.write_line(
+        f"{total} exchanges: {agree} agree, {len(allowed)} differ as allowed, "
+        f"{len(differ)} differ unexpectedly"
+    )
+    for name in allowed:
+        tr.write_line(f"  allowed difference: {name}")
+    for name in differ:
+        tr.write_line(f"  UNEXPECTED difference: {name}")

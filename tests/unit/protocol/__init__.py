@@ -1,0 +1,1 @@
+"""Sans-IO unit tests of tidings.protocol and the subject index."""
