@@ -53,7 +53,45 @@ _CONNECT_TYPES: dict[str, type | tuple[type, ...]] = {
     "jwt": str,
     "nkey": str,
     "sig": str,
+    "account": str,
+    "new_account": bool,
+    "remote_account": str,
+    "proxy_sig": str,
+    "import": dict,
+    "export": dict,
 }
+_INT64 = 1 << 63
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode_connect(arg: bytes) -> dict[str, Any]:
+    """The CONNECT options as Go's encoding/json fills the reference's struct: names match
+    case-insensitively (the last one wins), null leaves a field alone, unknown names are
+    ignored, a value of the wrong JSON type (or an int out of int64 range) is an error,
+    invalid UTF-8 is replaced rather than refused. Raises ProtocolError (close, no -ERR)."""
+    try:
+        raw: Any = json.loads(arg.decode("utf-8", "replace"), parse_constant=_no_constants)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(None, f"bad CONNECT JSON: {arg[:64]!r}") from exc
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ProtocolError(None, "CONNECT is not a JSON object")
+    opts: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = key.lower()
+        kind = _CONNECT_TYPES.get(name)
+        if kind is None or value is None:
+            continue
+        if not isinstance(value, kind) or (
+            kind is int and (isinstance(value, bool) or not -_INT64 <= value < _INT64)
+        ):
+            raise ProtocolError(None, f"CONNECT field {key} has the wrong type")
+        opts[name] = value
+    return opts
 
 
 # Payloads from this size on are written as their own buffer instead of being copied into
@@ -268,25 +306,16 @@ class ClientConnection(asyncio.Protocol):
 
     # -- ClientOpHandler -----------------------------------------------------
     def on_connect(self, arg: bytes) -> None:
-        try:
-            opts: Any = json.loads(arg)
-        except ValueError as exc:
-            raise ProtocolError(None, f"bad CONNECT JSON: {arg[:64]!r}") from exc
-        if opts is None:
-            opts = {}
-        if not isinstance(opts, dict):
-            raise ProtocolError(None, "CONNECT is not a JSON object")
-        for key, kind in _CONNECT_TYPES.items():
-            value = opts.get(key)
-            if value is not None and (not isinstance(value, kind) or
-                                      (kind is int and isinstance(value, bool))):
-                raise ProtocolError(None, f"CONNECT field {key} has the wrong type")
+        opts = decode_connect(arg)
         server = self.server
         if self.auth_timer is not None:
             self.auth_timer.cancel()
             self.auth_timer = None
         if server.options.auth_required and not server.authenticate(opts):
             raise ProtocolError(AUTHORIZATION_VIOLATION, "authorization violation")
+        if opts.get("account") or opts.get("new_account"):
+            # The reference no longer lets a client pick or create an account this way.
+            raise ProtocolError(AUTHORIZATION_VIOLATION, "account in CONNECT")
         self.parser.awaiting_connect = False
         self.connected = True
         self.verbose = opts.get("verbose", self.verbose)
