@@ -384,6 +384,10 @@ class ClientConnection(asyncio.Protocol):
         self.server.route(self, subject, reply, msg_frame(b"MSG ", subject, reply, payload), None)
 
     def on_hpub(self, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> None:
+        if not hdr_len:
+            # As the reference: a header block of size 0 is no header block, so MSG.
+            self.on_pub(subject, reply, data)
+            return
         if self.verbose:
             self.queue(OK)
         self.in_msgs += 1
