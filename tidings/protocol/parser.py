@@ -86,7 +86,7 @@ _CLIENT_OPS: tuple[tuple[bytes, str], ...] = (
     (b"HPUB", "sep"),
     (b"HMSG", "sep"),
     (b"CONNECT", "arg"),
-    (b"INFO", "sep"),
+    (b"INFO", "arg"),
     (b"+OK", "bare"),
     (b"-ERR", "sep"),
 )
