@@ -1,0 +1,284 @@
+"""Core client behaviour against tidings and the reference nats-server: the same tests on both.
+
+Connect, publish, subscribe (callback and iterator), queue groups, auto-unsubscribe,
+request/reply with no-responders, headers, flush, drain, close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import tidings.client
+from tests.servers import RunningServer
+from tidings.client import Client, Msg, errors
+
+
+async def test_connect_reports_state(nc: Client, any_server: RunningServer) -> None:
+    assert nc.is_connected
+    assert not nc.is_closed
+    assert nc.connected_url is not None
+    assert nc.connected_url.port == any_server.port
+    assert nc.max_payload > 0
+    assert nc.client_id is not None
+
+
+async def test_publish_subscribe_iterator(nc: Client) -> None:
+    sub = await nc.subscribe("core.iter")
+    for i in range(100):
+        await nc.publish("core.iter", b"m%d" % i)
+    got = []
+    async for msg in sub.messages:
+        got.append(msg.data)
+        if len(got) == 100:
+            break
+    assert got == [b"m%d" % i for i in range(100)]
+    assert msg.subject == "core.iter"
+    assert msg.reply == ""
+    assert msg.headers is None
+
+
+async def test_publish_subscribe_callback(nc: Client) -> None:
+    got: list[Msg] = []
+    done = asyncio.Event()
+
+    async def cb(msg: Msg) -> None:
+        got.append(msg)
+        if len(got) == 10:
+            done.set()
+
+    await nc.subscribe("core.cb.*", cb=cb)
+    for i in range(10):
+        await nc.publish(f"core.cb.{i}", b"%d" % i, reply="core.reply")
+    await asyncio.wait_for(done.wait(), 5)
+    assert [m.subject for m in got] == [f"core.cb.{i}" for i in range(10)]
+    assert all(m.reply == "core.reply" for m in got)
+
+
+async def test_next_msg_and_timeout(nc: Client) -> None:
+    sub = await nc.subscribe("core.next")
+    await nc.publish("core.next", b"one")
+    msg = await sub.next_msg(timeout=2)
+    assert msg.data == b"one"
+    with pytest.raises(errors.TimeoutError):
+        await sub.next_msg(timeout=0.05)
+    # Also an asyncio.TimeoutError, as with nats-py.
+    with pytest.raises(asyncio.TimeoutError):
+        await sub.next_msg(timeout=0.01)
+
+
+async def test_large_and_empty_payloads(nc: Client) -> None:
+    sub = await nc.subscribe("core.sizes")
+    sizes = [0, 1, 4095, 4096, 70_000, 500_000]
+    payloads = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+    for p in payloads:
+        await nc.publish("core.sizes", p)
+    for p in payloads:
+        assert (await sub.next_msg(timeout=5)).data == p
+
+
+async def test_headers_multi_value_and_status(nc: Client) -> None:
+    sub = await nc.subscribe("core.hdr")
+    headers = {"X-One": "1", "X-Many": ["a", "b"], "Content-Type": "text/plain"}
+    await nc.publish("core.hdr", b"body", headers=headers)
+    msg = await sub.next_msg(timeout=2)
+    assert msg.data == b"body"
+    assert msg.headers is not None
+    assert msg.headers["X-One"] == "1"
+    assert msg.headers.get_all("X-Many") == ["a", "b"]
+    assert msg.headers.get("content-type") == "text/plain"
+    assert msg.headers.status is None
+
+
+async def test_request_reply(nc: Client) -> None:
+    async def echo(msg: Msg) -> None:
+        await msg.respond(b"echo:" + msg.data)
+
+    await nc.subscribe("core.svc", cb=echo)
+    replies = await asyncio.gather(*(nc.request("core.svc", b"%d" % i, timeout=5)
+                                     for i in range(50)))
+    assert [r.data for r in replies] == [b"echo:%d" % i for i in range(50)]
+    # Sequential requests reuse the one inbox subscription.
+    for _ in range(5):
+        assert (await nc.request("core.svc", b"s", timeout=5)).data == b"echo:s"
+    assert replies[0].subject.startswith("_INBOX.")
+
+
+async def test_request_with_headers_reply_headers_not_echoed(nc: Client) -> None:
+    async def svc(msg: Msg) -> None:
+        assert msg.headers is not None and msg.headers["Req"] == "yes"
+        await msg.respond(b"ok")
+
+    await nc.subscribe("core.hsvc", cb=svc)
+    reply = await nc.request("core.hsvc", b"", timeout=5, headers={"Req": "yes"})
+    assert reply.data == b"ok"
+    assert reply.headers is None  # nats-py would copy the request's headers into the reply
+
+
+async def test_no_responders(nc: Client) -> None:
+    with pytest.raises(errors.NoRespondersError):
+        await nc.request("core.nobody.home", b"?", timeout=5)
+
+
+async def test_request_timeout(nc: Client) -> None:
+    sub = await nc.subscribe("core.silent")  # listens, never answers
+    with pytest.raises(errors.TimeoutError):
+        await nc.request("core.silent", b"?", timeout=0.1)
+    assert (await sub.next_msg(timeout=1)).data == b"?"
+
+
+async def test_queue_group_splits_messages(nc: Client) -> None:
+    a = await nc.subscribe("core.q", queue="workers")
+    b = await nc.subscribe("core.q", queue="workers")
+    for i in range(200):
+        await nc.publish("core.q", b"%d" % i)
+    await nc.flush()
+    await nc.flush()  # the second PONG comes after every MSG for the first batch
+    assert a.pending_msgs + b.pending_msgs == 200
+    assert a.pending_msgs > 0 and b.pending_msgs > 0
+
+
+async def test_auto_unsubscribe(nc: Client) -> None:
+    sub = await nc.subscribe("core.auto", max_msgs=3)
+    for i in range(10):
+        await nc.publish("core.auto", b"%d" % i)
+    got = [m.data async for m in sub.messages]
+    assert got == [b"0", b"1", b"2"]
+
+
+async def test_unsubscribe_with_limit(nc: Client) -> None:
+    sub = await nc.subscribe("core.limit")
+    await sub.unsubscribe(limit=2)
+    for i in range(5):
+        await nc.publish("core.limit", b"%d" % i)
+    got = [m.data async for m in sub.messages]
+    assert got == [b"0", b"1"]
+    assert sub.delivered == 2
+
+
+async def test_unsubscribe_stops_delivery(nc: Client) -> None:
+    sub = await nc.subscribe("core.unsub")
+    other = await nc.subscribe("core.unsub")
+    await sub.unsubscribe()
+    await nc.publish("core.unsub", b"x")
+    assert (await other.next_msg(timeout=2)).data == b"x"
+    assert sub.pending_msgs == 0
+    with pytest.raises(errors.BadSubscriptionError):
+        await sub.unsubscribe()
+
+
+async def test_flush_orders_publishes(nc: Client, any_server: RunningServer) -> None:
+    other = await tidings.client.connect(any_server.url)
+    try:
+        sub = await other.subscribe("core.flush")
+        await other.flush()
+        for i in range(1000):
+            await nc.publish("core.flush", b"%d" % i)
+        await nc.flush()
+        await other.flush()  # PONG after every MSG the server routed before it
+        assert sub.pending_msgs == 1000
+    finally:
+        await other.close()
+
+
+async def test_max_payload_error(nc: Client) -> None:
+    with pytest.raises(errors.MaxPayloadError):
+        await nc.publish("core.big", b"x" * (nc.max_payload + 1))
+
+
+async def test_bad_subjects(nc: Client) -> None:
+    with pytest.raises(errors.BadSubjectError):
+        await nc.publish("bad subject", b"")
+    with pytest.raises(errors.BadSubjectError):
+        await nc.publish("", b"")
+    with pytest.raises(errors.BadSubjectError):
+        await nc.subscribe("a.>.b")
+    with pytest.raises(errors.BadSubjectError):
+        await nc.publish("ok", b"", reply="bad\r\nreply")
+
+
+async def test_drain_handles_queued_messages(any_server: RunningServer) -> None:
+    nc = await tidings.client.connect(any_server.url)
+    handled: list[bytes] = []
+    closed = asyncio.Event()
+
+    async def slow(msg: Msg) -> None:
+        await asyncio.sleep(0)
+        handled.append(msg.data)
+
+    await nc.subscribe("core.drain", cb=slow)
+    it = await nc.subscribe("core.drain")
+    for i in range(50):
+        await nc.publish("core.drain", b"%d" % i)
+    await nc.flush()
+
+    async def consume() -> list[bytes]:
+        return [m.data async for m in it.messages]
+
+    consumer = asyncio.create_task(consume())
+    nc._callbacks["closed"] = lambda: closed.set()
+    await nc.drain()
+    assert nc.is_closed
+    assert handled == [b"%d" % i for i in range(50)]
+    assert await asyncio.wait_for(consumer, 5) == [b"%d" % i for i in range(50)]
+    await asyncio.wait_for(closed.wait(), 5)
+    with pytest.raises(errors.ConnectionClosedError):
+        await nc.publish("core.drain", b"late")
+
+
+async def test_close_is_idempotent_and_ends_consumers(any_server: RunningServer) -> None:
+    events: list[str] = []
+    nc = await tidings.client.connect(
+        any_server.url,
+        disconnected_cb=lambda: events.append("disconnected"),
+        closed_cb=lambda: events.append("closed"),
+    )
+    sub = await nc.subscribe("core.close")
+    waiter = asyncio.create_task(sub.next_msg(timeout=None))
+    iterating = asyncio.create_task(anext(sub.messages, None))
+    pending_request = asyncio.create_task(nc.request("core.close", b"", timeout=30))
+    await asyncio.sleep(0)
+    await nc.close()
+    await nc.close()
+    with pytest.raises(errors.ConnectionClosedError):
+        await waiter
+    assert await iterating is None
+    with pytest.raises(errors.ConnectionClosedError):
+        await pending_request
+    assert events == ["disconnected", "closed"]
+    with pytest.raises(errors.ConnectionClosedError):
+        await nc.flush()
+
+
+async def test_no_echo(any_server: RunningServer) -> None:
+    nc = await tidings.client.connect(any_server.url, no_echo=True)
+    other = await tidings.client.connect(any_server.url)
+    try:
+        mine = await nc.subscribe("core.echo")
+        theirs = await other.subscribe("core.echo")
+        await other.flush()
+        await nc.publish("core.echo", b"x")
+        assert (await theirs.next_msg(timeout=2)).data == b"x"
+        await nc.flush()
+        assert mine.pending_msgs == 0
+    finally:
+        await nc.close()
+        await other.close()
+
+
+async def test_context_manager_and_connect_refused() -> None:
+    from tests.servers import free_port
+
+    with pytest.raises(errors.NoServersError):
+        await tidings.client.connect(f"nats://127.0.0.1:{free_port()}", connect_timeout=1)
+
+
+async def test_nats_py_style_client_class(any_server: RunningServer) -> None:
+    nc = tidings.client.NATS()
+    await nc.connect(servers=[any_server.url])
+    async with nc:
+        sub = await nc.subscribe("core.ctx")
+        await nc.publish("core.ctx", b"hi")
+        assert (await sub.next_msg()).data == b"hi"
+    assert nc.is_closed

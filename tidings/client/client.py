@@ -1,0 +1,910 @@
+"""The client: connect and reconnect, publish, subscribe, request/reply, flush, drain, close.
+
+One `Client` owns a server pool, at most one live `Connection`, the subscriptions, a
+`WriteBuffer` of publishes not yet handed to the transport, and an event task that runs the
+user's callbacks in order. Publishes are buffered and written once per event-loop turn (or as
+soon as 64 KiB are waiting, after which the publisher waits for the transport to drain). While
+disconnected, publishes are kept up to `reconnect_buffer_size` bytes and sent after the
+reconnect; beyond that `publish` raises `OutboundBufferLimitError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import re
+import ssl
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+from urllib.parse import ParseResult, unquote
+
+from ..protocol import encode
+from ..protocol.headers import HeaderError, Headers
+from ..protocol.subjects import is_valid_subject
+from . import errors
+from .auth import Credentials, JWTCallback, SignatureCallback
+from .connection import CRLF, LARGE_PAYLOAD, Connection, WriteBuffer
+from .msg import Msg
+from .nuid import NUID
+from .pool import Server, ServerPool, default_reconnect_delay
+from .subscription import (
+    DEFAULT_SUB_PENDING_BYTES_LIMIT,
+    DEFAULT_SUB_PENDING_MSGS_LIMIT,
+    MsgCallback,
+    ResponseMux,
+    Subscription,
+)
+from .transport import TLS_SCHEMES, WS_SCHEMES, default_tls_context, open_tcp, open_websocket
+
+log = logging.getLogger("tidings.client")
+
+__version__ = "0.1.0"
+
+DEFAULT_CONNECT_TIMEOUT = 2.0
+DEFAULT_PING_INTERVAL = 120.0
+DEFAULT_MAX_PINGS_OUT = 2
+DEFAULT_MAX_RECONNECT_ATTEMPTS = 60
+DEFAULT_RECONNECT_BUFFER_SIZE = 8 * 1024 * 1024
+DEFAULT_DRAIN_TIMEOUT = 30.0
+DEFAULT_FLUSH_TIMEOUT = 10.0
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
+DEFAULT_INBOX_PREFIX = "_INBOX"
+SOFT_WRITE_LIMIT = 64 * 1024
+
+CONNECTING, CONNECTED, RECONNECTING, DRAINING_SUBS, DRAINING_PUBS, CLOSED = range(6)
+
+_BAD_SUBJECT = re.compile(r"\s")
+_SUBJECT_CACHE_MAX = 4096
+
+Callback = Callable[[], Awaitable[None] | None]
+ErrorCallback = Callable[[Exception], Awaitable[None] | None]
+EventCallback = Callable[[str, Any], Awaitable[None] | None]
+
+
+def _expire(fut: asyncio.Future[Any]) -> None:
+    if not fut.done():
+        fut.set_exception(errors.TimeoutError())
+
+
+class Client:
+    """An asyncio NATS client. Use `await connect(...)`, or `Client()` then `await connect()`."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self._status = CLOSED
+        self._ever_connected = False
+        self._conn: Connection | None = None
+        self._srv: Server | None = None
+        self._pool = ServerPool()
+        self._info: dict[str, Any] = {}
+        self._max_payload = DEFAULT_MAX_PAYLOAD
+        self._wbuf = WriteBuffer()
+        self._flush_queued = False
+        self._subs: dict[bytes, Subscription] = {}
+        self._ssid = 0
+        self._subjects: dict[str | bytes, bytes] = {}
+        self._nuid = NUID()
+        self._mux: ResponseMux | None = None
+        self._resp_prefix = b""
+        self._resp_seq = 0
+        self._pending_flushes: list[asyncio.Future[None]] = []
+        self._reconnect_task: asyncio.Task[None] | None = None
+        self._events: deque[tuple[str, Any]] = deque()
+        self._event_wake: asyncio.Future[None] | None = None
+        self._event_task: asyncio.Task[None] | None = None
+        self._closed_fut: asyncio.Future[None] | None = None
+        self._last_error: BaseException | None = None
+        self.stats = {"in_msgs": 0, "out_msgs": 0, "reconnects": 0}
+        self.options: dict[str, Any] = {}
+
+    # -- connect -------------------------------------------------------------
+    async def connect(
+        self,
+        servers: str | list[str] = "nats://127.0.0.1:4222",
+        error_cb: ErrorCallback | None = None,
+        disconnected_cb: Callback | None = None,
+        closed_cb: Callback | None = None,
+        discovered_server_cb: Callback | None = None,
+        reconnected_cb: Callback | None = None,
+        name: str | None = None,
+        pedantic: bool = False,
+        verbose: bool = False,
+        allow_reconnect: bool = True,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        reconnect_time_wait: float | None = None,
+        max_reconnect_attempts: int = DEFAULT_MAX_RECONNECT_ATTEMPTS,
+        ping_interval: float = DEFAULT_PING_INTERVAL,
+        max_outstanding_pings: int = DEFAULT_MAX_PINGS_OUT,
+        dont_randomize: bool = False,
+        flusher_queue_size: int = 0,
+        no_echo: bool = False,
+        tls: ssl.SSLContext | None = None,
+        tls_hostname: str | None = None,
+        tls_handshake_first: bool = False,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+        signature_cb: SignatureCallback | None = None,
+        user_jwt_cb: JWTCallback | None = None,
+        user_credentials: str | None = None,
+        nkeys_seed: str | None = None,
+        nkeys_seed_str: str | None = None,
+        inbox_prefix: str | bytes = DEFAULT_INBOX_PREFIX,
+        pending_size: int | None = None,
+        flush_timeout: float | None = None,
+        ws_connection_headers: dict[str, Any] | None = None,
+        lame_duck_mode_cb: Callback | None = None,
+        *,
+        max_pings_out: int | None = None,
+        reconnect_delay: Callable[[int], float] | None = None,
+        reconnect_buffer_size: int | None = None,
+        retain_servers_order: bool | None = None,
+        event_cb: EventCallback | None = None,
+        skip_subject_validation: bool = False,
+    ) -> None:
+        """Connect to the first server of the pool that answers; see docs/client.md."""
+        if self._status != CLOSED and self._conn is not None:
+            raise errors.Error("nats: already connected")
+        self._loop = asyncio.get_running_loop()
+        urls = [servers] if isinstance(servers, str) else list(servers)
+        if not urls:
+            raise errors.NoServersError("empty server list")
+        randomize = not (dont_randomize or bool(retain_servers_order))
+        self._pool = ServerPool.from_urls(urls, randomize=randomize)
+        if isinstance(inbox_prefix, bytes):
+            inbox_prefix = inbox_prefix.decode()
+        if not inbox_prefix or _BAD_SUBJECT.search(inbox_prefix) or inbox_prefix.endswith("."):
+            raise errors.BadSubjectError()
+        if reconnect_delay is None and reconnect_time_wait is not None:
+            wait = float(reconnect_time_wait)
+            reconnect_delay = lambda attempt: 0.0 if attempt <= 1 else wait  # noqa: E731
+        if reconnect_buffer_size is None:
+            reconnect_buffer_size = (
+                pending_size if pending_size is not None else DEFAULT_RECONNECT_BUFFER_SIZE
+            )
+        self.options = {
+            "name": name,
+            "pedantic": pedantic,
+            "verbose": verbose,
+            "allow_reconnect": allow_reconnect,
+            "connect_timeout": connect_timeout,
+            "max_reconnect_attempts": max_reconnect_attempts,
+            "ping_interval": ping_interval,
+            "max_outstanding_pings": (
+                max_pings_out if max_pings_out is not None else max_outstanding_pings
+            ),
+            "no_echo": no_echo,
+            "tls": tls,
+            "tls_hostname": tls_hostname,
+            "tls_handshake_first": tls_handshake_first,
+            "drain_timeout": drain_timeout,
+            "inbox_prefix": inbox_prefix,
+            "reconnect_buffer_size": reconnect_buffer_size,
+            "flush_timeout": flush_timeout,
+            "ws_connection_headers": ws_connection_headers,
+            "reconnect_delay": reconnect_delay or default_reconnect_delay,
+            "skip_subject_validation": skip_subject_validation,
+        }
+        self._credentials = Credentials.build(
+            user=user, password=password, token=token, nkeys_seed=nkeys_seed,
+            nkeys_seed_str=nkeys_seed_str, user_credentials=user_credentials,
+            signature_cb=signature_cb, user_jwt_cb=user_jwt_cb,
+        )
+        self._callbacks: dict[str, Callable[..., Any] | None] = {
+            "error": error_cb,
+            "disconnected": disconnected_cb,
+            "closed": closed_cb,
+            "discovered_server": discovered_server_cb,
+            "reconnected": reconnected_cb,
+            "lame_duck": lame_duck_mode_cb,
+        }
+        self._event_cb = event_cb
+        self._inbox_prefix = inbox_prefix.encode()
+        self._status = CONNECTING
+        self._closed_fut = self._loop.create_future()
+        self._event_task = self._loop.create_task(self._run_events())
+
+        last: BaseException | None = None
+        for srv in self._pool.servers:
+            try:
+                conn = await self._connect_to(srv)
+            except errors.ServerError as exc:
+                # A typed -ERR (e.g. Authorization Violation) is the answer; report it as such.
+                srv.failed += 1
+                last = exc
+                continue
+            except (OSError, asyncio.TimeoutError, errors.Error, ssl.SSLError) as exc:
+                srv.failed += 1
+                last = exc
+                continue
+            self._attach(conn, srv)
+            return
+        await self._stop_events()
+        self._status = CLOSED
+        if isinstance(last, errors.ServerError | errors.SecureConnWantedError
+                      | errors.SecureConnFailedError | errors.InvalidUserCredentialsError):
+            raise last
+        raise errors.NoServersError(str(last) if last else "") from last
+
+    async def _connect_to(self, srv: Server) -> Connection:
+        """Open a transport and run INFO → (TLS) → CONNECT → PING → PONG."""
+        opts = self.options
+        timeout = opts["connect_timeout"]
+        uri = srv.uri
+        host = uri.hostname or "127.0.0.1"
+        port = uri.port or 4222
+        tls: ssl.SSLContext | None = opts["tls"]
+        tls_name = opts["tls_hostname"] or srv.tls_name or host
+        conn = Connection(self)
+        try:
+            if uri.scheme in WS_SCHEMES:
+                ws_url = uri._replace(netloc=f"{host}:{port}" if ":" not in host
+                                      else f"[{host}]:{port}").geturl()
+                ws_tls = tls if uri.scheme == "wss" else None
+                await asyncio.wait_for(
+                    open_websocket(conn, ws_url, timeout, ws_tls, opts["ws_connection_headers"]),
+                    timeout,
+                )
+                info = await conn.wait_info(timeout)
+            elif opts["tls_handshake_first"]:
+                await open_tcp(conn, host, port, timeout, tls or default_tls_context(), tls_name)
+                info = await conn.wait_info(timeout)
+            else:
+                await open_tcp(conn, host, port, timeout)
+                info = await conn.wait_info(timeout)
+                want = uri.scheme in TLS_SCHEMES or tls is not None
+                offered = bool(info.get("tls_required") or info.get("tls_available"))
+                if want and not offered:
+                    raise errors.SecureConnWantedError()
+                if info.get("tls_required") or want:
+                    await conn.upgrade_tls(tls or default_tls_context(), tls_name, timeout)
+            await conn.finish_handshake(encode.connect(self._connect_fields(info, uri)), timeout)
+        except BaseException:
+            conn.abort()
+            raise
+        return conn
+
+    def _connect_fields(self, info: dict[str, Any], uri: ParseResult) -> dict[str, Any]:
+        opts = self.options
+        fields: dict[str, Any] = {
+            "verbose": opts["verbose"],
+            "pedantic": opts["pedantic"],
+            "lang": "python3",
+            "version": f"tidings-{__version__}",
+            "protocol": 1,
+            "headers": True,
+            "no_responders": True,
+        }
+        if opts["no_echo"]:
+            fields["echo"] = False
+        if opts["name"]:
+            fields["name"] = opts["name"]
+        if uri.scheme in TLS_SCHEMES or opts["tls"] is not None:
+            fields["tls_required"] = True
+        url_user = unquote(uri.username) if uri.username else None
+        url_pass = unquote(uri.password) if uri.password else None
+        fields.update(self._credentials.connect_fields(info, url_user, url_pass))
+        return fields
+
+    def _attach(self, conn: Connection, srv: Server) -> None:
+        """Make a freshly handshaken connection the live one."""
+        self._conn = conn
+        self._srv = srv
+        srv.failed = 0
+        srv.did_connect = True
+        self._ever_connected = True
+        self._apply_info(conn.info, initial=True)
+        conn.go_live(self.options["ping_interval"], self.options["max_outstanding_pings"])
+        self._status = CONNECTED
+
+    def _apply_info(self, info: dict[str, Any], initial: bool = False) -> None:
+        self._info.update(info)
+        if "max_payload" in info:
+            self._max_payload = int(info["max_payload"])
+        urls = info.get("connect_urls")
+        if urls and self._srv is not None:
+            scheme = self._srv.uri.scheme
+            tls_name = self._srv.uri.hostname if info.get("tls_required") else None
+            added = self._pool.add_discovered(urls, scheme, tls_name)
+            if added and not initial:
+                self._emit("discovered_server", [s.url for s in added])
+        if not initial and info.get("ldm"):
+            self._emit("lame_duck", None)
+
+    # -- connection events (called by Connection) ----------------------------
+    def on_msg(self, subject: bytes, sid: bytes, reply: bytes | None, hdr: bytes | None,
+               payload: bytes) -> None:
+        sub = self._subs.get(sid)
+        if sub is not None:
+            sub._deliver(subject, reply, hdr, payload)
+
+    def on_async_info(self, info: dict[str, Any]) -> None:
+        self._apply_info(info)
+
+    def on_server_error(self, message: str) -> None:
+        err = errors.server_error(message)
+        self._last_error = err
+        self._emit("error", err)
+
+    def on_connection_lost(self, conn: Connection, reason: BaseException) -> None:
+        if conn is not self._conn:
+            return
+        self._conn = None
+        self._pending_flushes.extend(
+            f for f in conn.pongs if f is not None and not f.done()
+        )
+        conn.pongs.clear()
+        if self._status == CLOSED:
+            return
+        if not isinstance(reason, errors.ConnectionClosedError):
+            self._last_error = reason
+        self._emit("disconnected", reason)
+        if self._status in (DRAINING_SUBS, DRAINING_PUBS) or not self.options["allow_reconnect"]:
+            self._loop.create_task(self._close())
+            return
+        self._status = RECONNECTING
+        self._reconnect_task = self._loop.create_task(self._reconnect())
+
+    # -- reconnect -------------------------------------------------------------
+    async def _reconnect(self) -> None:
+        opts = self.options
+        max_attempts: int = opts["max_reconnect_attempts"]
+        delay_of: Callable[[int], float] = opts["reconnect_delay"]
+        attempts = 0
+        while self._status == RECONNECTING:
+            for srv in self._pool.candidates():
+                attempts += 1
+                if 0 <= max_attempts < attempts:
+                    self._last_error = errors.NoServersError("reconnect attempts exhausted")
+                    self._emit("error", self._last_error)
+                    await self._close()
+                    return
+                delay = delay_of(attempts)
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if self._status != RECONNECTING:
+                    return
+                try:
+                    conn = await self._connect_to(srv)
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:
+                    srv.failed += 1
+                    self._last_error = exc
+                    if isinstance(exc, errors.ServerError):
+                        self._emit("error", exc)
+                    continue
+                if self._status != RECONNECTING:
+                    conn.abort()
+                    return
+                self._resume(conn, srv)
+                return
+
+    def _resume(self, conn: Connection, srv: Server) -> None:
+        """After a reconnect: resubscribe, send what was buffered, re-ping waiting flushes."""
+        self._attach(conn, srv)
+        self.stats["reconnects"] += 1
+        out = bytearray()
+        for sid, sub in list(self._subs.items()):
+            if sub._max_msgs:
+                left = sub._max_msgs - sub._received
+                if left <= 0:
+                    self._remove_sub(sub)
+                    sub._finish()
+                    continue
+            out += encode.sub(sub._subject.encode(), sid, sub._queue_name.encode() or None)
+            if sub._max_msgs:
+                out += encode.unsub(sid, sub._max_msgs - sub._received)
+        if out:
+            conn.write(out)
+        self._flush_now()
+        flushes, self._pending_flushes = self._pending_flushes, []
+        for fut in flushes:
+            if not fut.done():
+                conn.ping(fut)
+        self._emit("reconnected", None)
+
+    # -- write path ------------------------------------------------------------
+    def _check_subject(self, subject: str | bytes) -> bytes:
+        raw = subject.encode() if isinstance(subject, str) else bytes(subject)
+        if not raw or (not self.options["skip_subject_validation"]
+                       and _BAD_SUBJECT.search(raw.decode(errors="replace"))):
+            raise errors.BadSubjectError()
+        if len(self._subjects) >= _SUBJECT_CACHE_MAX:
+            self._subjects.clear()
+        self._subjects[subject] = raw
+        return raw
+
+    def _check_can_publish(self, size: int) -> None:
+        status = self._status
+        if status == CLOSED:
+            raise errors.ConnectionClosedError()
+        if status == DRAINING_PUBS:
+            raise errors.ConnectionDrainingError()
+        if status in (RECONNECTING, CONNECTING):
+            limit = self.options["reconnect_buffer_size"]
+            if limit <= 0 or self._wbuf.size + size > limit:
+                raise errors.OutboundBufferLimitError()
+
+    def _encode_headers(self, headers: Mapping[str, Any] | Headers) -> bytes:
+        try:
+            if not isinstance(headers, Headers):
+                headers = Headers(headers)
+            return headers.encode()
+        except (HeaderError, TypeError, AttributeError) as exc:
+            raise errors.BadHeaderError(str(exc)) from exc
+
+    async def publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        reply: str = "",
+        headers: Mapping[str, Any] | Headers | None = None,
+    ) -> None:
+        """Publish `payload` on `subject` (with an optional reply subject and headers)."""
+        subj = self._subjects.get(subject)
+        if subj is None:
+            subj = self._check_subject(subject)
+        n = len(payload)
+        if headers is None:
+            if n > self._max_payload:
+                raise errors.MaxPayloadError()
+            if reply:
+                rep = self._subjects.get(reply) or self._check_subject(reply)
+                head = b"PUB %s %s %d\r\n" % (subj, rep, n)
+            else:
+                head = b"PUB %s %d\r\n" % (subj, n)
+        else:
+            rep = (self._subjects.get(reply) or self._check_subject(reply)) if reply else b""
+            head = self._hpub_head(subj, rep, n, headers)
+        if self._status != CONNECTED:
+            self._check_can_publish(len(head) + n + 2)
+        wb = self._wbuf
+        if n < LARGE_PAYLOAD:
+            buf = wb.flat
+            buf += head
+            buf += payload
+            buf += CRLF
+            size = len(buf) + wb.chunked
+        else:
+            wb.add_large(head, payload)
+            size = wb.size
+        if not self._flush_queued:
+            self._flush_queued = True
+            self._loop.call_soon(self._flush_soon)
+        if size >= SOFT_WRITE_LIMIT:
+            await self._soft_limit()
+
+    def _hpub_head(self, subj: bytes, rep: bytes, n: int,
+                   headers: Mapping[str, Any] | Headers) -> bytes:
+        hdr = self._encode_headers(headers)
+        total = len(hdr) + n
+        if total > self._max_payload:
+            raise errors.MaxPayloadError()
+        if rep:
+            return b"HPUB %s %s %d %d\r\n%s" % (subj, rep, len(hdr), total, hdr)
+        return b"HPUB %s %d %d\r\n%s" % (subj, len(hdr), total, hdr)
+
+    def _flush_soon(self) -> None:
+        self._flush_queued = False
+        self._flush_now()
+
+    def _flush_now(self) -> None:
+        """Hand everything buffered to the transport (when connected)."""
+        conn = self._conn
+        if conn is None or self._status in (CONNECTING, RECONNECTING):
+            return
+        wb = self._wbuf
+        if wb.chunks:
+            conn.writelines(wb.take())
+        elif wb.flat:
+            data = wb.flat
+            wb.flat = bytearray()
+            conn.write(data)
+
+    async def _soft_limit(self) -> None:
+        """64 KiB are waiting: write them now and wait while the transport is full."""
+        if self._status in (CONNECTING, RECONNECTING):
+            return
+        self._flush_now()
+        conn = self._conn
+        while conn is not None and conn.paused and conn.is_live:
+            await conn.drained()
+
+    def _write_control(self, data: bytes) -> None:
+        """SUB/UNSUB: after what is already buffered, so program order holds on the wire."""
+        conn = self._conn
+        if conn is None or self._status in (CONNECTING, RECONNECTING):
+            return  # re-sent from the subscription table after the reconnect
+        self._flush_now()
+        conn.write(data)
+
+    # -- subscribe -------------------------------------------------------------
+    async def subscribe(
+        self,
+        subject: str,
+        queue: str = "",
+        cb: MsgCallback | None = None,
+        future: asyncio.Future[Msg] | None = None,
+        max_msgs: int = 0,
+        pending_msgs_limit: int = DEFAULT_SUB_PENDING_MSGS_LIMIT,
+        pending_bytes_limit: int = DEFAULT_SUB_PENDING_BYTES_LIMIT,
+    ) -> Subscription:
+        """Subscribe; with `cb` messages go to the callback, else to `sub.messages`."""
+        if not subject or not is_valid_subject(subject):
+            raise errors.BadSubjectError()
+        if queue and _BAD_SUBJECT.search(queue):
+            raise errors.BadSubjectError()
+        if self._status == CLOSED:
+            raise errors.ConnectionClosedError()
+        if self._status in (DRAINING_SUBS, DRAINING_PUBS):
+            raise errors.ConnectionDrainingError()
+        if future is not None:
+            if cb is not None:
+                raise errors.Error("nats: cb and future are exclusive")
+            target = future
+
+            async def _to_future(msg: Msg) -> None:
+                if not target.done():
+                    target.set_result(msg)
+
+            cb = _to_future
+            max_msgs = max_msgs or 1
+        self._ssid += 1
+        sub = Subscription(self, self._ssid, subject, queue, cb, max_msgs,
+                           pending_msgs_limit, pending_bytes_limit)
+        sub._start()
+        self._subs[sub._sid] = sub
+        data = encode.sub(subject.encode(), sub._sid, queue.encode() or None)
+        if max_msgs > 0:
+            data += encode.unsub(sub._sid, max_msgs)
+        self._write_control(data)
+        return sub
+
+    def _send_unsub(self, sid: bytes, limit: int) -> None:
+        self._write_control(encode.unsub(sid, limit or None))
+
+    def _remove_sub(self, sub: Subscription) -> None:
+        self._subs.pop(sub._sid, None)
+
+    def _slow_consumer(self, sub: Subscription, subject: bytes, reply: bytes | None) -> None:
+        err = errors.SlowConsumerError(
+            subject.decode(errors="replace"), (reply or b"").decode(errors="replace"), sub._id, sub
+        )
+        self._emit("slow_consumer", err)
+
+    def _callback_error(self, exc: Exception) -> None:
+        self._emit("error", exc)
+
+    # -- request / reply ---------------------------------------------------------
+    def new_inbox(self) -> str:
+        """A unique subject under the inbox prefix, for hand-made reply subscriptions."""
+        return (self._inbox_prefix + b"." + self._nuid.next()).decode()
+
+    def _ensure_mux(self) -> ResponseMux:
+        mux = self._mux
+        if mux is None:
+            prefix = self._inbox_prefix + b"." + self._nuid.next() + b"."
+            self._ssid += 1
+            mux = ResponseMux(self, self._ssid, prefix)
+            self._resp_prefix = prefix
+            self._subs[mux._sid] = mux
+            self._mux = mux
+            self._write_control(encode.sub(prefix + b"*", mux._sid))
+        return mux
+
+    async def request(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        timeout: float = 0.5,
+        old_style: bool = False,
+        headers: Mapping[str, Any] | Headers | None = None,
+    ) -> Msg:
+        """Publish a request and wait for the first reply (over one shared inbox).
+
+        Raises `NoRespondersError` when the server answers 503 (nobody subscribed) and
+        `TimeoutError` after `timeout` seconds.
+        """
+        if old_style:
+            return await self._request_old_style(subject, payload, timeout, headers)
+        mux = self._mux
+        if mux is None or mux._closed:
+            if self._status in (DRAINING_SUBS, DRAINING_PUBS):
+                raise errors.ConnectionDrainingError()
+            self._mux = None
+            mux = self._ensure_mux()
+        self._resp_seq += 1
+        token = b"%x" % self._resp_seq
+        fut: asyncio.Future[Msg] = self._loop.create_future()
+        mux.waiting[token] = fut
+        try:
+            await self.publish(subject, payload, self._resp_prefix + token, headers)
+            timer = self._loop.call_later(timeout, _expire, fut)
+            try:
+                msg = await fut
+            finally:
+                timer.cancel()
+        finally:
+            mux.waiting.pop(token, None)
+        if msg._hdr is not None and msg.is_no_responders:
+            raise errors.NoRespondersError()
+        return msg
+
+    async def _request_old_style(self, subject: str, payload: bytes, timeout: float,
+                                 headers: Mapping[str, Any] | Headers | None) -> Msg:
+        inbox = self.new_inbox()
+        sub = await self.subscribe(inbox, max_msgs=1)
+        try:
+            await self.publish(subject, payload, inbox, headers)
+            msg = await sub.next_msg(timeout)
+        finally:
+            if not sub._closed:
+                try:
+                    await sub.unsubscribe()
+                except errors.Error:
+                    pass
+        if msg.is_no_responders:
+            raise errors.NoRespondersError()
+        return msg
+
+    # -- flush, rtt --------------------------------------------------------------
+    async def flush(self, timeout: float = DEFAULT_FLUSH_TIMEOUT) -> None:
+        """Wait until the server has processed everything sent so far (a PING's PONG).
+
+        While reconnecting, the PING is sent after the reconnect, behind the buffered data.
+        """
+        if timeout is None or timeout <= 0:
+            raise errors.BadTimeoutError()
+        if self._status == CLOSED:
+            raise errors.ConnectionClosedError()
+        fut: asyncio.Future[None] = self._loop.create_future()
+        conn = self._conn
+        if conn is not None and self._status not in (CONNECTING, RECONNECTING):
+            self._flush_now()
+            conn.ping(fut)
+        else:
+            self._pending_flushes.append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            if fut.done() and not fut.cancelled() and fut.exception() is not None:
+                raise fut.exception() from None  # type: ignore[misc]
+            raise errors.FlushTimeoutError() from None
+
+    async def rtt(self, timeout: float = DEFAULT_FLUSH_TIMEOUT) -> float:
+        """Seconds for one PING/PONG round trip."""
+        start = self._loop.time()
+        await self.flush(timeout)
+        return self._loop.time() - start
+
+    # -- drain and close ---------------------------------------------------------
+    async def drain(self, timeout: float | None = None) -> None:
+        """Stop all subscriptions but handle what is queued, send pending publishes, close."""
+        if self._status in (DRAINING_SUBS, DRAINING_PUBS):
+            return
+        if self._status == CLOSED:
+            raise errors.ConnectionClosedError()
+        if self._status in (CONNECTING, RECONNECTING):
+            raise errors.ConnectionReconnectingError()
+        limit = self.options["drain_timeout"] if timeout is None else timeout
+        self._status = DRAINING_SUBS
+        subs = list(self._subs.values())
+        try:
+            await asyncio.wait_for(self._drain_subs(subs), limit)
+        except asyncio.TimeoutError:
+            self._emit("error", errors.DrainTimeoutError())
+        except errors.Error as exc:
+            self._emit("error", exc)
+        if self._status == DRAINING_SUBS:
+            self._status = DRAINING_PUBS
+            try:
+                if self._conn is not None:
+                    fut: asyncio.Future[None] = self._loop.create_future()
+                    self._flush_now()
+                    self._conn.ping(fut)
+                    await asyncio.wait_for(fut, DEFAULT_FLUSH_TIMEOUT)
+            except (asyncio.TimeoutError, errors.Error):
+                pass
+        await self._close()
+
+    async def _drain_subs(self, subs: list[Subscription]) -> None:
+        for sub in subs:
+            self._send_unsub(sub._sid, 0)
+        conn = self._conn
+        if conn is not None:
+            fut: asyncio.Future[None] = self._loop.create_future()
+            self._flush_now()
+            conn.ping(fut)
+            await fut
+        for sub in subs:
+            self._remove_sub(sub)
+            sub._finish()
+        for sub in subs:
+            await sub._wait_consumed()
+
+    async def close(self) -> None:
+        """Close the connection; always returns, whatever state the client is in."""
+        await self._close()
+
+    async def _close(self) -> None:
+        if self._status == CLOSED:
+            if self._closed_fut is not None and not self._closed_fut.done():
+                await asyncio.shield(self._closed_fut)
+            return
+        was_connected = self._conn is not None
+        self._status = CLOSED
+        task = self._reconnect_task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.wait([task], timeout=2.0)
+        conn = self._conn
+        self._conn = None
+        if conn is not None:
+            wb = self._wbuf
+            if wb.size:
+                conn.writelines(wb.take())
+            await conn.close()
+        self._wbuf.clear()
+        closed_err = errors.ConnectionClosedError()
+        for fut in self._pending_flushes:
+            if not fut.done():
+                fut.set_exception(closed_err)
+        self._pending_flushes = []
+        if conn is not None:
+            for pong in conn.pongs:
+                if pong is not None and not pong.done():
+                    pong.set_exception(closed_err)
+        if self._mux is not None:
+            for fut in self._mux.waiting.values():
+                if not fut.done():
+                    fut.set_exception(errors.ConnectionClosedError())
+        for sub in list(self._subs.values()):
+            sub._finish()
+            if sub._task is not None and not sub._task.done():
+                sub._task.cancel()
+        self._subs.clear()
+        if was_connected:
+            self._emit("disconnected", None)
+        self._emit("closed", None)
+        await self._stop_events()
+        if self._closed_fut is not None and not self._closed_fut.done():
+            self._closed_fut.set_result(None)
+
+    # -- events ------------------------------------------------------------------
+    def _emit(self, kind: str, arg: Any) -> None:
+        if self._event_task is None or self._event_task.done():
+            return
+        self._events.append((kind, arg))
+        wake = self._event_wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    async def _run_events(self) -> None:
+        while True:
+            while self._events:
+                kind, arg = self._events.popleft()
+                await self._dispatch_event(kind, arg)
+                if kind == "closed":
+                    return
+            self._event_wake = self._loop.create_future()
+            await self._event_wake
+
+    async def _dispatch_event(self, kind: str, arg: Any) -> None:
+        cbs = self._callbacks
+        try:
+            if self._event_cb is not None:
+                await _call(self._event_cb, kind, arg)
+            if kind in ("error", "slow_consumer"):
+                cb = cbs.get("error")
+                if cb is None:
+                    log.error("nats: encountered error: %s", arg)
+                else:
+                    await _call(cb, arg)
+            else:
+                cb = cbs.get(kind)
+                if cb is not None:
+                    await _call(cb)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("nats: %s callback failed", kind)
+
+    async def _stop_events(self) -> None:
+        task = self._event_task
+        if task is None or task.done():
+            return
+        if task is asyncio.current_task():
+            return
+        if not any(kind == "closed" for kind, _ in self._events):
+            task.cancel()
+        try:
+            await asyncio.wait([task], timeout=5.0)
+        finally:
+            if not task.done():
+                task.cancel()
+
+    # -- properties --------------------------------------------------------------
+    @property
+    def is_connected(self) -> bool:
+        return self._status in (CONNECTED, DRAINING_SUBS, DRAINING_PUBS) and self._conn is not None
+
+    @property
+    def is_closed(self) -> bool:
+        return self._status == CLOSED
+
+    @property
+    def is_reconnecting(self) -> bool:
+        return self._status == RECONNECTING
+
+    @property
+    def is_connecting(self) -> bool:
+        return self._status == CONNECTING
+
+    @property
+    def is_draining(self) -> bool:
+        return self._status in (DRAINING_SUBS, DRAINING_PUBS)
+
+    @property
+    def is_draining_pubs(self) -> bool:
+        return self._status == DRAINING_PUBS
+
+    @property
+    def connected_url(self) -> ParseResult | None:
+        if self._srv is None or not self.is_connected:
+            return None
+        return self._srv.uri
+
+    @property
+    def servers(self) -> list[ParseResult]:
+        return [s.uri for s in self._pool.servers]
+
+    @property
+    def discovered_servers(self) -> list[ParseResult]:
+        return [s.uri for s in self._pool.servers if s.discovered]
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        return dict(self._info)
+
+    @property
+    def max_payload(self) -> int:
+        return self._max_payload
+
+    @property
+    def client_id(self) -> int | None:
+        return self._info.get("client_id")
+
+    @property
+    def connected_server_version(self) -> str:
+        return str(self._info.get("version", ""))
+
+    @property
+    def last_error(self) -> BaseException | None:
+        return self._last_error
+
+    @property
+    def pending_data_size(self) -> int:
+        return self._wbuf.size
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+async def _call(cb: Callable[..., Any], *args: Any) -> None:
+    res = cb(*args)
+    if inspect.isawaitable(res):
+        await res
+
+
+async def connect(servers: str | list[str] = "nats://127.0.0.1:4222", **options: Any) -> Client:
+    """Connect a new `Client`; takes nats-py's `connect()` options."""
+    nc = Client()
+    await nc.connect(servers, **options)
+    return nc
