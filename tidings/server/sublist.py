@@ -120,10 +120,13 @@ class Sublist:
         plain: list[Subscription] = []
         groups: dict[bytes, list[Subscription]] = {}
         literal = self._literal.get(subject)
-        if literal:
+        if not subject or subject[0] == 46 or subject[-1] == 46 or b".." in subject:
+            # A subject with an empty token matches nothing, as in the reference.
+            pass
+        elif self._wildcards:
+            _match_level(self._root, subject.split(b"."), 0, plain, groups, literal)
+        elif literal:
             _collect(literal, plain, groups)
-        if self._wildcards:
-            _match_level(self._root, subject.split(b"."), 0, plain, groups)
         if plain or groups:
             result = (tuple(plain), tuple(tuple(g) for g in groups.values()))
         else:
@@ -181,18 +184,33 @@ def _match_level(
     i: int,
     plain: list[Subscription],
     groups: dict[bytes, list[Subscription]],
+    literal: list[Subscription] | None = None,
 ) -> None:
+    """Collect the subscriptions matching tokens[i:] below `node`, in the reference's order:
+    at each level `>` subscriptions, then what matches under `*`, then on down the literal
+    token; at the end the literal subscriptions (`literal`, kept outside the trie) and then
+    the last level's `*` ones."""
     n = len(tokens)
-    while True:
-        if node.fwc and i < n:
+    pwc: _Node | None = None
+    child: _Node | None = None
+    while i < n:
+        if node.fwc:
             _collect(node.fwc, plain, groups)
-        if i == n:
-            _collect(node.subs, plain, groups)
-            return
-        if node.pwc is not None:
-            _match_level(node.pwc, tokens, i + 1, plain, groups)
+        pwc = node.pwc
+        if pwc is not None:
+            _match_level(pwc, tokens, i + 1, plain, groups)
         child = node.children.get(tokens[i])
-        if child is None:
-            return
-        node = child
         i += 1
+        if child is None:
+            if i < n:
+                if literal:
+                    _collect(literal, plain, groups)
+                return
+            break
+        node = child
+    if child is not None and child.subs:
+        _collect(child.subs, plain, groups)
+    if literal:
+        _collect(literal, plain, groups)
+    if pwc is not None and pwc.subs:
+        _collect(pwc.subs, plain, groups)
