@@ -70,10 +70,11 @@ class Server:
             "host": opts.host,
             "port": self.port,
             "headers": True,
-            "max_payload": opts.max_payload,
         }
+        # Keys in the reference's order: auth_required comes before max_payload.
         if opts.auth_required:
             self._info["auth_required"] = True
+        self._info["max_payload"] = opts.max_payload
         if opts.write_deadline > 0:
             self._sweeper = self.loop.call_later(1.0, self._sweep_writes)
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
