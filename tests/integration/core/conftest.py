@@ -3,6 +3,7 @@ same options, shared by the whole session, and the differential summary line."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,8 +19,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "token": {"token": "t0ken"},
 }
 
-# Filled by test_differential.py: exchange name -> "agree" | "allowed" | "differ".
-DIFF_RESULTS: dict[str, str] = {}
+# Filled by test_differential.py: exchange name -> ("agree" | "allowed" | "differ", detail).
+DIFF_RESULTS: dict[str, tuple[str, str]] = {}
 
 
 class ServerPair:
@@ -29,10 +30,25 @@ class ServerPair:
         self._servers: dict[tuple[str, str], RunningServer] = {}
 
     def get(self, kind: str, config: str) -> RunningServer:
+        """kind: "tidings", "tidings-pure" (the compiled PUB scanner disabled) or
+        "reference"."""
         key = (kind, config)
         if key not in self._servers:
-            start = start_tidings if kind == "tidings" else start_reference
-            self._servers[key] = start(**CONFIGS[config])
+            opts = CONFIGS.get(config, {})
+            if kind == "reference":
+                self._servers[key] = start_reference(**opts)
+            elif kind == "tidings-pure":
+                old = os.environ.get("TIDINGS_PURE_PYTHON")
+                os.environ["TIDINGS_PURE_PYTHON"] = "1"
+                try:
+                    self._servers[key] = start_tidings(**opts)
+                finally:
+                    if old is None:
+                        del os.environ["TIDINGS_PURE_PYTHON"]
+                    else:
+                        os.environ["TIDINGS_PURE_PYTHON"] = old
+            else:
+                self._servers[key] = start_tidings(**opts)
         return self._servers[key]
 
     def stop(self) -> None:
@@ -69,16 +85,19 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not DIFF_RESULTS:
         return
     total = len(DIFF_RESULTS)
-    agree = sum(1 for v in DIFF_RESULTS.values() if v == "agree")
-    allowed = sorted(k for k, v in DIFF_RESULTS.items() if v == "allowed")
-    differ = sorted(k for k, v in DIFF_RESULTS.items() if v == "differ")
+    agree = sum(1 for v, _ in DIFF_RESULTS.values() if v == "agree")
+    allowed = sorted((k, d) for k, (v, d) in DIFF_RESULTS.items() if v == "allowed")
+    differ = sorted(k for k, (v, _) in DIFF_RESULTS.items() if v == "differ")
     tr = terminalreporter
     tr.write_sep("-", "differential: tidings vs reference nats-server")
     tr.write_line(
         f"{total} exchanges: {agree} agree, {len(allowed)} differ as allowed, "
         f"{len(differ)} differ unexpectedly"
     )
-    for name in allowed:
-        tr.write_line(f"  allowed difference: {name}")
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in allowed:
+        by_reason.setdefault(reason, []).append(name)
+    for reason, names in by_reason.items():
+        tr.write_line(f"  allowed ({', '.join(names)}): {reason}")
     for name in differ:
         tr.write_line(f"  UNEXPECTED difference: {name}")
