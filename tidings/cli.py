@@ -26,14 +26,81 @@ def _cmd_server(args: argparse.Namespace) -> int:
     _setup_logging(args.no_log, args.debug)
     install_uvloop()
     options = options_from_args(args)
-    if args.store != "memory" or args.dir:
-        logging.getLogger("tidings").info(
-            "streaming store %s%s requested", args.store, f" in {args.dir}" if args.dir else ""
-        )
+    extra_start = None
+    running: list = []
+    if not args.no_streaming:
+        from .streaming.server import options_from_args as streaming_options
+        from .streaming.server import start_embedded
+
+        try:
+            sopts = streaming_options(args)
+        except (OSError, ValueError) as exc:
+            logging.getLogger("tidings").error("streaming: %s", exc)
+            return 2
+
+        async def extra_start(core: object) -> None:
+            try:
+                running.append(await start_embedded(core, sopts))
+            except Exception as exc:
+                logging.getLogger("tidings").error("streaming server failed to start: %s", exc)
+                core.request_stop()  # type: ignore[attr-defined]
+                raise SystemExit(1) from exc
+
+    async def main() -> None:
+        try:
+            await run(options, extra_start=extra_start)
+        finally:
+            for r in running:
+                await r.stop()
+
     try:
-        asyncio.run(run(options))
+        asyncio.run(main())
     except KeyboardInterrupt:
         pass
+    return 0
+
+
+def _cmd_streaming(args: argparse.Namespace) -> int:
+    from .server.server import install_uvloop
+
+    _setup_logging(args.no_log, args.debug)
+    if args.streaming_command == "import-ref":
+        return _cmd_import_ref(args)
+    from .streaming.server import options_from_args as streaming_options
+    from .streaming.server import run_standalone
+
+    install_uvloop()
+    try:
+        sopts = streaming_options(args)
+        asyncio.run(run_standalone(sopts))
+    except KeyboardInterrupt:
+        pass
+    except Exception as exc:
+        logging.getLogger("tidings").error("streaming: %s", exc)
+        return 1
+    return 0
+
+
+def _cmd_import_ref(args: argparse.Namespace) -> int:
+    from .streaming.importref import import_reference
+    from .streaming.server import options_from_args as streaming_options
+    from .streaming.server.options import open_store_for
+
+    sopts = streaming_options(args)
+    if sopts.store == "memory":
+        print("import-ref: choose a durable store (--store file --dir DIR, or --store sql)",
+              file=sys.stderr)
+        return 2
+    store = open_store_for(sopts)
+    try:
+        report = import_reference(args.source, store)
+    finally:
+        store.close()
+    print(f"imported cluster {report.cluster_id!r}: {report.channels} channel(s), "
+          f"{report.messages} message(s), {report.subscriptions} subscription(s), "
+          f"{report.clients} client(s)")
+    for w in report.warnings:
+        print(f"warning: {w}", file=sys.stderr)
     return 0
 
 
@@ -43,12 +110,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     server = commands.add_parser("server", help="run a NATS server")
     add_server_arguments(server)
+    from .streaming.server.options import add_streaming_arguments
+
     streaming = server.add_argument_group("streaming")
-    streaming.add_argument("--cluster_id", default="test-cluster", help="streaming cluster id")
-    streaming.add_argument("--store", choices=("memory", "file", "sql"), default="memory",
-                           help="streaming store (default %(default)s)")
-    streaming.add_argument("--dir", default="", help="streaming store directory")
-    streaming.add_argument("--no_streaming", action="store_true", help="turn streaming off")
+    add_streaming_arguments(streaming)
+    streaming.add_argument("--no_streaming", action="store_true",
+                           help="turn the streaming server off")
+
+    stan = commands.add_parser(
+        "streaming", help="run the streaming server against any NATS server (or import data)")
+    add_streaming_arguments(stan, standalone=True)
+    stan.add_argument("-q", "--quiet", dest="no_log", action="store_true", help="log only errors")
+    stan.add_argument("-D", "--debug", action="store_true", help="debug logging")
+    stan.set_defaults(func=_cmd_streaming, streaming_command="run")
+    stan_commands = stan.add_subparsers(dest="streaming_command")
+    imp = stan_commands.add_parser(
+        "import-ref", help="import a reference nats-streaming-server file store directory")
+    imp.add_argument("source", help="the reference server's data directory (read only)")
+    for flag, kw in (("--store", {"type": str.lower, "choices": ("file", "sql")}),
+                     ("--dir", {}), ("--sql_driver", {"choices": ("sqlite", "postgres")}),
+                     ("--sql_source", {})):
+        imp.add_argument(flag, default=argparse.SUPPRESS, **kw)  # type: ignore[arg-type]
     server.set_defaults(func=_cmd_server)
 
     from .bench import cli as bench_cli

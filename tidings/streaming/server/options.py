@@ -1,0 +1,458 @@
+"""Options of the streaming server: defaults and flags of the reference, and its config file.
+
+Flags keep the reference nats-streaming-server's names (``--cluster_id``, ``--store``,
+``--dir``, ``--max_channels``, ``--max_msgs``, ``--max_bytes``, ``--max_age``, ``--max_subs``,
+``--max_inactivity``, ``--hb_interval``, ``--hb_timeout``, ``--hb_fail_count``,
+``--stan_config``, ``--file_sync``, ``--sql_driver``, ``--sql_source``), so scripts written
+for the reference keep working. Per-channel limits come from the config file
+(``store_limits { channels { "foo.*": { max_msgs: 10 } } }``), in the reference's syntax
+(the NATS configuration format) or JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..stores import ChannelLimits, StoreLimits
+
+DEFAULT_CLUSTER_ID = "test-cluster"
+DEFAULT_DISCOVER_PREFIX = "_STAN.discover"
+DEFAULT_PUB_PREFIX = "_STAN.pub"
+DEFAULT_SUB_PREFIX = "_STAN.sub"
+DEFAULT_SUB_CLOSE_PREFIX = "_STAN.subclose"
+DEFAULT_UNSUB_PREFIX = "_STAN.unsub"
+DEFAULT_CLOSE_PREFIX = "_STAN.close"
+DEFAULT_ACKS_PREFIX = "_STAN.ack"
+
+STORE_TYPES = ("memory", "file", "sql")
+SQL_DRIVERS = ("sqlite", "postgres")
+SYNC_POLICIES = ("batch", "interval", "never")
+
+
+@dataclass
+class StreamingOptions:
+    """Everything the streaming server needs; defaults are the reference's."""
+
+    cluster_id: str = DEFAULT_CLUSTER_ID
+    discover_prefix: str = DEFAULT_DISCOVER_PREFIX
+    store: str = "memory"
+    dir: str = ""
+    sql_driver: str = "sqlite"
+    sql_source: str = ""
+    sync_policy: str = "batch"
+    sync_interval: float = 1.0
+    limits: StoreLimits = field(default_factory=StoreLimits)
+    max_inactivity: float = 0.0
+    channel_inactivity: dict[str, float] = field(default_factory=dict)
+    hb_interval: float = 30.0
+    hb_timeout: float = 10.0
+    hb_fail_count: int = 10
+    dup_cid_timeout: float = 0.5
+    nats_url: str = ""
+    nats_user: str = ""
+    nats_password: str = ""
+    nats_token: str = ""
+    http_host: str = "0.0.0.0"
+    http_port: int = 0
+    max_pending_pub_acks: int = 1_000_000
+
+    def inactivity_for(self, channel: str) -> float:
+        """Max inactivity of a channel (seconds, 0 = never deleted)."""
+        from ..stores.base import _matches
+
+        if channel in self.channel_inactivity:
+            return self.channel_inactivity[channel]
+        for pattern, value in self.channel_inactivity.items():
+            if _matches(pattern, channel):
+                return value
+        return self.max_inactivity
+
+
+# --- durations and sizes ---------------------------------------------------------------
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h|d)")
+_DURATION_UNITS = {
+    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
+    "d": 86400.0,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+
+
+def parse_duration(value: str | float | int) -> float:
+    """Seconds from a Go-style duration ("1h30m", "500ms", "10s") or a number of seconds."""
+    if isinstance(value, int | float):
+        return float(value)
+    text = value.strip()
+    if not text:
+        raise ValueError("empty duration")
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    sign = -1.0 if text.startswith("-") else 1.0
+    text = text.lstrip("+-")
+    pos, total = 0, 0.0
+    for m in _DURATION_PART.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(text):
+        raise ValueError(f"invalid duration {value!r}")
+    return sign * total
+
+
+def parse_size(value: str | int | float) -> int:
+    """Bytes from "1024", "10MB", "1GiB" (K/M/G/T are powers of 1024, as the reference)."""
+    if isinstance(value, int | float):
+        return int(value)
+    if value.strip().startswith("-"):
+        return -parse_size(value.strip()[1:])
+    m = _SIZE.match(value)
+    if m is None:
+        raise ValueError(f"invalid size {value!r}")
+    unit = (m.group(2) or "b").lower()[0]
+    mult = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[unit]
+    return int(float(m.group(1)) * mult)
+
+
+def _bool(value: str | bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    low = value.strip().lower()
+    if low in ("1", "true", "yes", "on", "y", "t"):
+        return True
+    if low in ("0", "false", "no", "off", "n", "f"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {value!r}")
+
+
+# --- the NATS configuration format (the subset streaming configs use) ------------------
+
+_TOKEN = re.compile(
+    r"""
+    (?P<ws>[ \t\r\n,;]+)
+  | (?P<comment>(?:\#|//)[^\n]*)
+  | (?P<str>"(?:[^"\\]|\\.)*"|'[^']*')
+  | (?P<punct>[{}\[\]:=])
+  | (?P<word>[^\s{}\[\]:=,;\#"']+)
+    """,
+    re.VERBOSE,
+)
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    pos = 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            raise ValueError(f"config: unexpected character {text[pos]!r} at offset {pos}")
+        pos = m.end()
+        kind = m.lastgroup
+        if kind in ("ws", "comment"):
+            continue
+        val = m.group(0)
+        if kind == "str":
+            if val[0] == '"':
+                import json
+
+                val = json.loads(val)
+            else:
+                val = val[1:-1]
+        out.append((kind or "", val))
+    return out
+
+
+def _scalar(word: str) -> Any:
+    low = word.lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    try:
+        return int(word)
+    except ValueError:
+        pass
+    try:
+        return float(word)
+    except ValueError:
+        pass
+    m = _SIZE.match(word)
+    if m is not None and m.group(2):
+        return parse_size(word)
+    return word
+
+
+def parse_config(text: str) -> dict[str, Any]:
+    """Parse the NATS configuration format (maps, arrays, strings, numbers, sizes) or JSON."""
+    toks = _tokens(text)
+    pos = 0
+
+    def value() -> Any:
+        nonlocal pos
+        kind, tok = toks[pos]
+        pos += 1
+        if kind == "punct" and tok == "{":
+            return mapping("}")
+        if kind == "punct" and tok == "[":
+            items = []
+            while toks[pos] != ("punct", "]"):
+                items.append(value())
+            pos += 1
+            return items
+        if kind == "str":
+            return tok
+        if kind == "word":
+            return _scalar(tok)
+        raise ValueError(f"config: unexpected {tok!r}")
+
+    def mapping(end: str | None) -> dict[str, Any]:
+        nonlocal pos
+        out: dict[str, Any] = {}
+        while pos < len(toks):
+            kind, tok = toks[pos]
+            if end is not None and kind == "punct" and tok == end:
+                pos += 1
+                return out
+            if kind not in ("word", "str"):
+                raise ValueError(f"config: expected a key, found {tok!r}")
+            pos += 1
+            if pos < len(toks) and toks[pos] in (("punct", ":"), ("punct", "=")):
+                pos += 1
+            out[tok] = value()
+        if end is not None:
+            raise ValueError("config: missing closing brace")
+        return out
+
+    if toks and toks[0] == ("punct", "{"):
+        pos = 1
+        return mapping("}")
+    return mapping(None)
+
+
+def _channel_limits(d: dict[str, Any]) -> tuple[ChannelLimits, float | None]:
+    """A reference per-channel limits map: 0 inherits the global value, < 0 is unlimited."""
+
+    def pick(key: str, *aliases: str, conv: Any = int) -> Any:
+        for k in (key, *aliases):
+            if k in d:
+                v = conv(d[k])
+                if v == 0:
+                    return None
+                return 0 if v < 0 else v
+        return None
+
+    limits = ChannelLimits(
+        max_msgs=pick("max_msgs", "max_messages"),
+        max_bytes=pick("max_bytes", conv=parse_size),
+        max_age=pick("max_age", conv=parse_duration),
+        max_subs=pick("max_subs", "max_subscriptions"),
+    )
+    inactivity = pick("max_inactivity", conv=parse_duration)
+    return limits, inactivity
+
+
+def apply_config(opts: StreamingOptions, conf: dict[str, Any]) -> StreamingOptions:
+    """Options updated from a parsed reference streaming config (top level or `streaming {}`)."""
+    if isinstance(conf.get("streaming"), dict):
+        conf = conf["streaming"]
+    o = replace(opts)
+    for key in ("id", "cluster_id", "cid"):
+        if key in conf:
+            o.cluster_id = str(conf[key])
+    if "discover_prefix" in conf:
+        o.discover_prefix = str(conf["discover_prefix"])
+    for key in ("store", "store_type", "st"):
+        if key in conf:
+            o.store = str(conf[key]).lower()
+    for key in ("dir", "datastore"):
+        if key in conf:
+            o.dir = str(conf[key])
+    if "hb_interval" in conf:
+        o.hb_interval = parse_duration(conf["hb_interval"])
+    if "hb_timeout" in conf:
+        o.hb_timeout = parse_duration(conf["hb_timeout"])
+    if "hb_fail_count" in conf:
+        o.hb_fail_count = int(conf["hb_fail_count"])
+    for key in ("nats_server_url", "ns", "nats_server"):
+        if key in conf:
+            o.nats_url = str(conf[key])
+    sql = conf.get("sql_options") or conf.get("sql")
+    if isinstance(sql, dict):
+        if "driver" in sql:
+            o.sql_driver = "postgres" if "postgres" in str(sql["driver"]) else str(sql["driver"])
+        if "source" in sql:
+            o.sql_source = str(sql["source"])
+    fopts = conf.get("file_options") or conf.get("file")
+    if isinstance(fopts, dict) and "sync_on_flush" in fopts:
+        o.sync_policy = "batch" if _bool(fopts["sync_on_flush"]) else "never"
+    lim = conf.get("store_limits") or conf.get("limits")
+    if isinstance(lim, dict):
+        base = o.limits
+        changes: dict[str, Any] = {}
+        if "max_channels" in lim:
+            changes["max_channels"] = int(lim["max_channels"])
+        if "max_msgs" in lim:
+            changes["max_msgs"] = int(lim["max_msgs"])
+        if "max_bytes" in lim:
+            changes["max_bytes"] = parse_size(lim["max_bytes"])
+        if "max_age" in lim:
+            changes["max_age"] = parse_duration(lim["max_age"])
+        for key in ("max_subs", "max_subscriptions"):
+            if key in lim:
+                changes["max_subs"] = int(lim[key])
+        if "max_inactivity" in lim:
+            o.max_inactivity = parse_duration(lim["max_inactivity"])
+        chans = lim.get("channels")
+        if isinstance(chans, dict):
+            per: dict[str, ChannelLimits] = dict(base.channels)
+            inact = dict(o.channel_inactivity)
+            for name, cl in chans.items():
+                if not isinstance(cl, dict):
+                    raise ValueError(f"config: limits of channel {name!r} must be a map")
+                per[name], ina = _channel_limits(cl)
+                if ina is not None:
+                    inact[name] = ina
+            changes["channels"] = per
+            o.channel_inactivity = inact
+        o.limits = replace(base, **changes)
+    return o
+
+
+def load_config(path: str | Path, opts: StreamingOptions) -> StreamingOptions:
+    return apply_config(opts, parse_config(Path(path).read_text()))
+
+
+# --- command line ------------------------------------------------------------------------
+
+def add_streaming_arguments(group: Any, standalone: bool = False) -> None:
+    """The reference's streaming flags. With ``standalone`` also --nats and monitoring."""
+    d = StreamingOptions()
+    add = group.add_argument
+    add("-cid", "--cluster_id", default=d.cluster_id,
+        help="streaming cluster id (default %(default)s)")
+    add("-st", "--store", type=str.lower, choices=STORE_TYPES, default=None,
+        help="streaming store: memory, file or sql (default memory)")
+    add("--dir", default="", help="directory of the file store (and of a sqlite database)")
+    add("-sc", "--stan_config", default="", metavar="FILE",
+        help="streaming config file (the reference's format, or JSON): limits per channel")
+    add("-mc", "--max_channels", type=int, default=None,
+        help=f"max number of channels, 0 for unlimited (default {d.limits.max_channels})")
+    add("-msu", "--max_subs", type=int, default=None,
+        help=f"max subscriptions per channel, 0 for unlimited (default {d.limits.max_subs})")
+    add("-mm", "--max_msgs", type=int, default=None,
+        help=f"max messages per channel, 0 for unlimited (default {d.limits.max_msgs})")
+    add("-mb", "--max_bytes", type=parse_size, default=None,
+        help=f"max bytes per channel, 0 for unlimited (default {d.limits.max_bytes})")
+    add("-ma", "--max_age", type=parse_duration, default=None,
+        help="max age of messages, e.g. 24h; 0 for unlimited (default 0)")
+    add("-mi", "--max_inactivity", type=parse_duration, default=None,
+        help="delete a channel without subscriptions or new messages after this; 0 = never")
+    add("-hbi", "--hb_interval", type=parse_duration, default=None,
+        help="interval of heartbeats to clients (default 30s)")
+    add("-hbt", "--hb_timeout", type=parse_duration, default=None,
+        help="how long to wait for a heartbeat reply (default 10s)")
+    add("-hbf", "--hb_fail_count", type=int, default=None,
+        help="failed heartbeats before a client is closed (default 10)")
+    add("--file_sync", type=_bool, default=None, metavar="BOOL",
+        help="fsync the file store before PubAcks (default true)")
+    add("--sync_policy", choices=SYNC_POLICIES, default=None,
+        help="file/sql store durability: batch (fsync per group commit, default), "
+             "interval (at most every --sync_interval) or never")
+    add("--sync_interval", type=parse_duration, default=None,
+        help="seconds between fsyncs under --sync_policy interval (default 1s)")
+    add("--sql_driver", type=str.lower, choices=SQL_DRIVERS, default=None,
+        help="sql store: sqlite or postgres (default sqlite)")
+    add("--sql_source", default=None,
+        help="sql store: sqlite file (default DIR/streaming.db) or a postgres DSN")
+    if standalone:
+        add("-ns", "--nats", "--nats_server", dest="nats", default="nats://127.0.0.1:4222",
+            help="URL of the NATS server to use (default %(default)s)")
+        add("--user", default="", help="user for the NATS server")
+        add("--pass", dest="password", default="", help="password for the NATS server")
+        add("--auth", dest="token", default="", help="token for the NATS server")
+        add("-m", "--http_port", type=int, default=0,
+            help="HTTP port for the /streaming monitoring endpoints (default off)")
+        add("--http_host", default="0.0.0.0", help="HTTP host for monitoring")
+
+
+def options_from_args(args: argparse.Namespace) -> StreamingOptions:
+    """Streaming options from parsed flags: config file first, flags override it."""
+    o = StreamingOptions()
+    conf = getattr(args, "stan_config", "")
+    if conf:
+        o = load_config(conf, o)
+    o.cluster_id = args.cluster_id if args.cluster_id != DEFAULT_CLUSTER_ID else o.cluster_id
+    if args.store:
+        o.store = args.store
+    if args.dir:
+        o.dir = args.dir
+    lim_changes: dict[str, Any] = {}
+    for key in ("max_channels", "max_subs", "max_msgs", "max_bytes", "max_age"):
+        v = getattr(args, key, None)
+        if v is not None:
+            lim_changes[key] = v
+    if lim_changes:
+        o.limits = replace(o.limits, **lim_changes)
+    if args.max_inactivity is not None:
+        o.max_inactivity = args.max_inactivity
+    if args.hb_interval is not None:
+        o.hb_interval = args.hb_interval
+    if args.hb_timeout is not None:
+        o.hb_timeout = args.hb_timeout
+    if args.hb_fail_count is not None:
+        o.hb_fail_count = args.hb_fail_count
+    if args.file_sync is not None:
+        o.sync_policy = "batch" if args.file_sync else "never"
+    if args.sync_policy is not None:
+        o.sync_policy = args.sync_policy
+    if args.sync_interval is not None:
+        o.sync_interval = args.sync_interval
+    if args.sql_driver is not None:
+        o.sql_driver = args.sql_driver
+    if args.sql_source is not None:
+        o.sql_source = args.sql_source
+    if getattr(args, "nats", None):
+        o.nats_url = args.nats
+        o.nats_user = getattr(args, "user", "") or ""
+        o.nats_password = getattr(args, "password", "") or ""
+        o.nats_token = getattr(args, "token", "") or ""
+    if getattr(args, "http_port", 0):
+        o.http_port = args.http_port
+        o.http_host = getattr(args, "http_host", o.http_host)
+    return o
+
+
+def open_store_for(opts: StreamingOptions) -> Any:
+    """Open the store the options ask for."""
+    from ..stores import open_store
+
+    kind = opts.store
+    if kind == "memory":
+        return open_store("memory", limits=opts.limits)
+    if kind == "file":
+        if not opts.dir:
+            raise ValueError("the file store needs a directory (--dir)")
+        return open_store(
+            "file", path=opts.dir, limits=opts.limits, sync=opts.sync_policy,
+            sync_interval=opts.sync_interval,
+        )
+    if kind == "sql":
+        if opts.sql_driver == "postgres":
+            if not opts.sql_source:
+                raise ValueError("the postgres store needs --sql_source DSN")
+            return open_store("postgres", dsn=opts.sql_source, limits=opts.limits,
+                              sync=opts.sync_policy)
+        source = opts.sql_source
+        if not source:
+            if not opts.dir:
+                raise ValueError("the sqlite store needs --sql_source FILE or --dir DIR")
+            Path(opts.dir).mkdir(parents=True, exist_ok=True)
+            source = str(Path(opts.dir) / "streaming.db")
+        return open_store("sqlite", path=source, limits=opts.limits, sync=opts.sync_policy)
+    raise ValueError(f"unknown store type {kind!r}")

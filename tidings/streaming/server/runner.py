@@ -1,0 +1,119 @@
+"""Starting the streaming server: embedded in `tidings server`, or standalone on any NATS URL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Any
+
+from .conn import StanConn
+from .options import StreamingOptions, open_store_for
+from .server import StreamingServer
+
+log = logging.getLogger("tidings.streaming")
+
+
+class RunningStreaming:
+    """A started streaming server with its connection and (optional) monitoring site."""
+
+    def __init__(self, server: StreamingServer, monitor: Any = None) -> None:
+        self.server = server
+        self.monitor = monitor
+
+    async def stop(self) -> None:
+        if self.monitor is not None:
+            with contextlib.suppress(Exception):
+                await self.monitor.cleanup()
+            self.monitor = None
+        await self.server.shutdown()
+
+
+async def start_streaming(opts: StreamingOptions, url: str, **connect_opts: Any) -> RunningStreaming:
+    """Open the store, connect to ``url``, start serving (and monitoring if http_port)."""
+    store = open_store_for(opts)
+    try:
+        if opts.nats_user:
+            connect_opts.setdefault("user", opts.nats_user)
+            connect_opts.setdefault("password", opts.nats_password)
+        if opts.nats_token:
+            connect_opts.setdefault("token", opts.nats_token)
+        conn = await StanConn.connect(url, **connect_opts)
+    except BaseException:
+        store.close()
+        raise
+    server = StreamingServer(opts, store, conn)
+    try:
+        await server.start()
+    except BaseException:
+        await server.shutdown()
+        raise
+    monitor = None
+    if opts.http_port:
+        from .monitor import start_monitor
+
+        try:
+            monitor = await start_monitor(server, opts.http_host, opts.http_port)
+        except BaseException:
+            await server.shutdown()
+            raise
+    return RunningStreaming(server, monitor)
+
+
+async def run_standalone(opts: StreamingOptions) -> None:
+    """`tidings streaming --nats URL`: serve until SIGINT/SIGTERM."""
+    running = await start_streaming(opts, opts.nats_url or "nats://127.0.0.1:4222")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    log.info("Streaming server connected to %s", opts.nats_url)
+    try:
+        await stop.wait()
+    finally:
+        await running.stop()
+
+
+async def start_embedded(core: Any, opts: StreamingOptions) -> RunningStreaming:
+    """Start streaming as a client of the in-process core server ``core`` (a Server).
+
+    Installs SIGINT/SIGTERM handlers that stop streaming first (its last group commit, the
+    store closed cleanly), then the core server.
+    """
+    host = core.options.host
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    connect_opts: dict[str, Any] = {}
+    copts = core.options
+    if copts.user:
+        connect_opts["user"] = copts.user
+        connect_opts["password"] = copts.password
+    elif copts.token:
+        connect_opts["token"] = copts.token
+    if opts.http_port == 0 and getattr(copts, "http_port", 0):
+        opts.http_port = copts.http_port
+        opts.http_host = copts.host
+    running = await start_streaming(opts, f"nats://{host}:{core.port}", **connect_opts)
+    loop = asyncio.get_running_loop()
+    stopping = False
+
+    def on_signal() -> None:
+        nonlocal stopping
+        if stopping:
+            return
+        stopping = True
+
+        async def stop() -> None:
+            try:
+                await running.stop()
+            finally:
+                core.request_stop()
+
+        loop.create_task(stop())
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, on_signal)
+    return running
