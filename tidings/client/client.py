@@ -57,6 +57,7 @@ CONNECTING, CONNECTED, RECONNECTING, DRAINING_SUBS, DRAINING_PUBS, CLOSED = rang
 
 _BAD_SUBJECT = re.compile(r"\s")
 _SUBJECT_CACHE_MAX = 4096
+_SIZE_LINES = [b"%d\r\n" % i for i in range(LARGE_PAYLOAD)]
 
 Callback = Callable[[], Awaitable[None] | None]
 ErrorCallback = Callable[[Exception], Awaitable[None] | None]
@@ -85,6 +86,7 @@ class Client:
         self._subs: dict[bytes, Subscription] = {}
         self._ssid = 0
         self._subjects: dict[str | bytes, bytes] = {}
+        self._pub_prefixes: dict[str | bytes, bytes] = {}
         self._nuid = NUID()
         self._mux: ResponseMux | None = None
         self._resp_prefix = b""
@@ -445,38 +447,67 @@ class Client:
         headers: Mapping[str, Any] | Headers | None = None,
     ) -> None:
         """Publish `payload` on `subject` (with an optional reply subject and headers)."""
-        subj = self._subjects.get(subject)
-        if subj is None:
-            subj = self._check_subject(subject)
+        pre = self._pub_prefixes.get(subject)
+        if pre is None:
+            pre = self._pub_prefix(subject)
+        n = len(payload)
+        if (reply or headers is not None or n >= LARGE_PAYLOAD or n > self._max_payload
+                or self._status != CONNECTED):
+            rep = b""
+            if reply:
+                rep = self._subjects.get(reply) or self._check_subject(reply)
+            if self._publish_raw(pre[4:-1], rep, payload, headers):
+                await self._soft_limit()
+            return
+        # The common case, kept flat: "PUB <subject> " is cached, the size line is a table.
+        wb = self._wbuf
+        buf = wb.flat
+        buf.extend(pre)
+        buf.extend(_SIZE_LINES[n])
+        buf.extend(payload)
+        buf.extend(CRLF)
+        if not self._flush_queued:
+            self._flush_queued = True
+            self._loop.call_soon(self._flush_soon)
+        if len(buf) + wb.chunked >= SOFT_WRITE_LIMIT:
+            await self._soft_limit()
+
+    def _pub_prefix(self, subject: str | bytes) -> bytes:
+        pre = b"PUB " + self._check_subject(subject) + b" "
+        if len(self._pub_prefixes) >= _SUBJECT_CACHE_MAX:
+            self._pub_prefixes.clear()
+        self._pub_prefixes[subject] = pre
+        return pre
+
+    def _publish_raw(self, subj: bytes, rep: bytes, payload: bytes,
+                     headers: Mapping[str, Any] | Headers | None) -> bool:
+        """Queue a publish of checked subjects (replies and inboxes need no check).
+
+        Returns True when the soft write limit is reached and the caller should wait."""
         n = len(payload)
         if headers is None:
             if n > self._max_payload:
                 raise errors.MaxPayloadError()
-            if reply:
-                rep = self._subjects.get(reply) or self._check_subject(reply)
+            if rep:
                 head = b"PUB %s %s %d\r\n" % (subj, rep, n)
             else:
                 head = b"PUB %s %d\r\n" % (subj, n)
         else:
-            rep = (self._subjects.get(reply) or self._check_subject(reply)) if reply else b""
             head = self._hpub_head(subj, rep, n, headers)
         if self._status != CONNECTED:
             self._check_can_publish(len(head) + n + 2)
         wb = self._wbuf
         if n < LARGE_PAYLOAD:
             buf = wb.flat
-            buf += head
-            buf += payload
-            buf += CRLF
-            size = len(buf) + wb.chunked
+            buf.extend(head)
+            buf.extend(payload)
+            buf.extend(CRLF)
         else:
             wb.add_large(head, payload)
-            size = wb.size
         if not self._flush_queued:
             self._flush_queued = True
             self._loop.call_soon(self._flush_soon)
-        if size >= SOFT_WRITE_LIMIT:
-            await self._soft_limit()
+        return wb.size >= SOFT_WRITE_LIMIT
 
     def _hpub_head(self, subj: bytes, rep: bytes, n: int,
                    headers: Mapping[str, Any] | Headers) -> bytes:
@@ -617,12 +648,18 @@ class Client:
                 raise errors.ConnectionDrainingError()
             self._mux = None
             mux = self._ensure_mux()
+        pre = self._pub_prefixes.get(subject)
+        if pre is None:
+            pre = self._pub_prefix(subject)
         self._resp_seq += 1
         token = b"%x" % self._resp_seq
         fut: asyncio.Future[Msg] = self._loop.create_future()
         mux.waiting[token] = fut
         try:
-            await self.publish(subject, payload, self._resp_prefix + token, headers)
+            if self._publish_raw(pre[4:-1], self._resp_prefix + token, payload, headers):
+                await self._soft_limit()
+            else:
+                self._flush_now()  # the caller waits anyway: spare the loop turn
             timer = self._loop.call_later(timeout, _expire, fut)
             try:
                 msg = await fut

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.headers import DESCRIPTION_HDR, STATUS_HDR, Headers
+from .errors import Error
 
 if TYPE_CHECKING:
     from .client import Client
@@ -146,13 +147,13 @@ class Msg:
 
         Unlike nats-py, the request's headers are not copied into the response.
         """
-        from .errors import Error
-
         if not self._reply:
             raise Error("no reply subject available")
         if self._client is None:
             raise Error("client not set")
-        await self._client.publish(self.reply, data, headers=headers)
+        client = self._client
+        if client._publish_raw(self._reply, b"", data, headers):
+            await client._soft_limit()
 
     def __repr__(self) -> str:
         return f"<Msg: subject={self.subject!r} reply={self.reply!r} data={self.data[:40]!r}...>"
