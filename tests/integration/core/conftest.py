@@ -11,6 +11,10 @@ import pytest
 
 from tests.servers import RunningServer, start_reference, start_tidings
 
+# `tidings server` embeds the streaming server, whose internal client needs more than the
+# small control line; the core-server tests run tidings without it where options differ.
+NO_STREAMING = ["--no_streaming"]
+
 # Options of the configurations the differential and raw tests share. The same keyword
 # options start both servers (tests/servers.py turns them into flags or a config file).
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -41,14 +45,14 @@ class ServerPair:
                 old = os.environ.get("TIDINGS_PURE_PYTHON")
                 os.environ["TIDINGS_PURE_PYTHON"] = "1"
                 try:
-                    self._servers[key] = start_tidings(**opts)
+                    self._servers[key] = start_tidings(extra_args=NO_STREAMING, **opts)
                 finally:
                     if old is None:
                         del os.environ["TIDINGS_PURE_PYTHON"]
                     else:
                         os.environ["TIDINGS_PURE_PYTHON"] = old
             else:
-                self._servers[key] = start_tidings(**opts)
+                self._servers[key] = start_tidings(extra_args=NO_STREAMING, **opts)
         return self._servers[key]
 
     def stop(self) -> None:
