@@ -308,6 +308,10 @@ class ClientConnection(asyncio.Protocol):
     def on_connect(self, arg: bytes) -> None:
         opts = decode_connect(arg)
         server = self.server
+        if self.connected:
+            # A second CONNECT starts over: the reference drops every subscription.
+            for sub in list(self.subs.values()):
+                self.remove_sub(sub)
         if self.auth_timer is not None:
             self.auth_timer.cancel()
             self.auth_timer = None
