@@ -64,10 +64,17 @@ class RawConn:
         except (BrokenPipeError, ConnectionResetError):
             return False
 
-    def connect(self, connect: bytes = CONNECT_QUIET) -> None:
-        """Send CONNECT and wait until the server has processed it."""
+    def connect(self, connect: bytes = CONNECT_QUIET) -> bytes:
+        """Send CONNECT and wait until the server has processed it (a PING barrier); for
+        protocol 1 also take the INFO that follows the first PONG and return it."""
         self.send(connect)
-        self.barrier()
+        before = self.barrier()
+        assert before in (b"", b"+OK\r\n"), before
+        if b'"protocol":1' in connect:
+            line = self.read_line()
+            assert line.startswith(b"INFO "), line
+            return line
+        return b""
 
     # -- receiving -----------------------------------------------------------
     def _recv(self, deadline: float) -> bool:
