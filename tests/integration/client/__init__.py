@@ -1,0 +1,1 @@
+"""Integration tests of tidings.client against tidings and the reference nats-server."""
