@@ -4,9 +4,13 @@ proxy that can freeze (a half-open connection), and a self-signed certificate fo
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import socket
 import ssl
 import subprocess
+import tempfile
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +19,13 @@ from typing import Any
 import pytest
 
 import tidings.client
-from tests.servers import RunningServer, start_reference, start_tidings
+from tests.servers import (
+    RunningServer,
+    free_port,
+    nats_server_binary,
+    start_reference,
+    start_tidings,
+)
 
 STARTERS: dict[str, Callable[..., RunningServer]] = {
     "tidings": start_tidings,
@@ -195,3 +205,31 @@ class Events:
 @pytest.fixture
 def events() -> Events:
     return Events()
+
+
+def start_reference_config(config: str) -> RunningServer:
+    """A reference nats-server from a config text, ready once its port accepts connections.
+
+    For set-ups where the server says nothing first (TLS handshake first), which the shared
+    starter cannot wait for."""
+    port = free_port()
+    fd, conf = tempfile.mkstemp(suffix=".conf", prefix="nats-client-test-")
+    with os.fdopen(fd, "w") as f:
+        f.write(config)
+    proc = subprocess.Popen(
+        [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-c", conf],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 15
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"nats-server exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("nats-server did not start") from None
+            time.sleep(0.02)
+    return RunningServer("reference", port, proc, {}, [conf])
