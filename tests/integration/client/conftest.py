@@ -27,6 +27,18 @@ from tests.servers import (
     start_tidings,
 )
 
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
+    """Every client test runs on the default asyncio loop and on uvloop (what users run)."""
+    factories: dict[str, Any] = {"asyncio": asyncio.new_event_loop}
+    try:
+        import uvloop
+    except ImportError:
+        return factories
+    factories["uvloop"] = uvloop.new_event_loop
+    return factories
+
+
 STARTERS: dict[str, Callable[..., RunningServer]] = {
     "tidings": start_tidings,
     "reference": start_reference,
