@@ -29,8 +29,19 @@ class Timeout(AssertionError):
 class RawConn:
     """One TCP connection to a server. `buf` holds bytes received and not yet consumed."""
 
-    def __init__(self, port: int, *, read_info: bool = True, timeout: float = TIMEOUT) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(
+        self,
+        port: int,
+        *,
+        read_info: bool = True,
+        timeout: float = TIMEOUT,
+        rcvbuf: int | None = None,
+    ) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:  # before connecting, so the window starts small
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(timeout)
+        self.sock.connect(("127.0.0.1", port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.timeout = timeout
         self.buf = b""
@@ -123,6 +134,16 @@ class RawConn:
         self.read_until(lambda b: len(b) >= len(data), timeout)
         got = self.take(len(data))
         assert got == data, f"expected {data!r}, got {got!r} (then {self.buf[:200]!r})"
+
+    def drain(self, nbytes: int, timeout: float | None = None) -> None:
+        """Receive and discard exactly `nbytes` (beyond what buf already holds)."""
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while len(self.buf) < nbytes:
+            nbytes -= len(self.buf)
+            self.buf = b""
+            if not self._recv(deadline):
+                raise AssertionError(f"connection closed with {nbytes} bytes still to come")
+        self.buf = self.buf[nbytes:]
 
     def read_to_eof(self, timeout: float | None = None) -> bytes:
         """Everything until the server closes the connection."""
