@@ -97,6 +97,8 @@ class Client:
         self._event_wake: asyncio.Future[None] | None = None
         self._event_task: asyncio.Task[None] | None = None
         self._closed_fut: asyncio.Future[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self._handshaking: Connection | None = None
         self._last_error: BaseException | None = None
         self.stats = {"in_msgs": 0, "out_msgs": 0, "reconnects": 0}
         self.options: dict[str, Any] = {}
@@ -221,9 +223,16 @@ class Client:
             except (OSError, asyncio.TimeoutError, errors.Error, ssl.SSLError) as exc:
                 srv.failed += 1
                 last = exc
+                if self._status == CLOSED:
+                    break
                 continue
+            if self._status == CLOSED:  # close() was called while we were connecting
+                conn.abort()
+                break
             self._attach(conn, srv)
             return
+        if self._status == CLOSED:
+            raise errors.ConnectionClosedError()
         await self._stop_events()
         self._status = CLOSED
         if isinstance(last, errors.ServerError | errors.SecureConnWantedError
@@ -241,6 +250,7 @@ class Client:
         tls: ssl.SSLContext | None = opts["tls"]
         tls_name = opts["tls_hostname"] or srv.tls_name or host
         conn = Connection(self)
+        self._handshaking = conn
         try:
             if uri.scheme in WS_SCHEMES:
                 ws_url = uri._replace(netloc=f"{host}:{port}" if ":" not in host
@@ -267,6 +277,8 @@ class Client:
         except BaseException:
             conn.abort()
             raise
+        finally:
+            self._handshaking = None
         return conn
 
     def _connect_fields(self, info: dict[str, Any], uri: ParseResult) -> dict[str, Any]:
@@ -345,10 +357,15 @@ class Client:
             self._last_error = reason
         self._emit("disconnected", reason)
         if self._status in (DRAINING_SUBS, DRAINING_PUBS) or not self.options["allow_reconnect"]:
-            self._loop.create_task(self._close())
+            self._spawn(self._close())
             return
         self._status = RECONNECTING
         self._reconnect_task = self._loop.create_task(self._reconnect())
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = self._loop.create_task(coro)  # type: ignore[arg-type]
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # -- reconnect -------------------------------------------------------------
     async def _reconnect(self) -> None:
@@ -540,10 +557,13 @@ class Client:
         """64 KiB are waiting: write them now and wait while the transport is full."""
         if self._status in (CONNECTING, RECONNECTING):
             return
-        self._flush_now()
         conn = self._conn
+        if conn is not None and not conn.paused:
+            self._flush_now()
         while conn is not None and conn.paused and conn.is_live:
             await conn.drained()
+            conn = self._conn
+        self._flush_now()
 
     def _write_control(self, data: bytes) -> None:
         """SUB/UNSUB: after what is already buffered, so program order holds on the wire."""
@@ -631,7 +651,7 @@ class Client:
         self,
         subject: str,
         payload: bytes = b"",
-        timeout: float = 0.5,
+        timeout: float | None = 0.5,
         old_style: bool = False,
         headers: Mapping[str, Any] | Headers | None = None,
     ) -> Msg:
@@ -660,18 +680,19 @@ class Client:
                 await self._soft_limit()
             else:
                 self._flush_now()  # the caller waits anyway: spare the loop turn
-            timer = self._loop.call_later(timeout, _expire, fut)
+            timer = None if timeout is None else self._loop.call_later(timeout, _expire, fut)
             try:
                 msg = await fut
             finally:
-                timer.cancel()
+                if timer is not None:
+                    timer.cancel()
         finally:
             mux.waiting.pop(token, None)
         if msg._hdr is not None and msg.is_no_responders:
             raise errors.NoRespondersError()
         return msg
 
-    async def _request_old_style(self, subject: str, payload: bytes, timeout: float,
+    async def _request_old_style(self, subject: str, payload: bytes, timeout: float | None,
                                  headers: Mapping[str, Any] | Headers | None) -> Msg:
         inbox = self.new_inbox()
         sub = await self.subscribe(inbox, max_msgs=1)
@@ -774,6 +795,8 @@ class Client:
             return
         was_connected = self._conn is not None
         self._status = CLOSED
+        if self._handshaking is not None:
+            self._handshaking.abort()  # a connect or reconnect in progress ends now
         task = self._reconnect_task
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()

@@ -58,6 +58,8 @@ class WriteBuffer:
         return len(self.flat) + self.chunked
 
     def add_large(self, head: bytes, payload: bytes | bytearray | memoryview) -> None:
+        if type(payload) is not bytes:
+            payload = bytes(payload)  # the caller may reuse its buffer once publish returns
         flat = self.flat
         flat += head
         self.chunks.append(flat)

@@ -151,9 +151,7 @@ class Subscription:
     # -- lifecycle -----------------------------------------------------------
     def _start(self) -> None:
         if self._cb is not None:
-            cb = self._cb
-            if not (inspect.iscoroutinefunction(cb) or inspect.iscoroutinefunction(
-                    getattr(cb, "func", None)) or callable(cb)):
+            if not callable(self._cb):
                 raise errors.InvalidCallbackTypeError()
             self._task = self._loop.create_task(self._run_callbacks())
         else:

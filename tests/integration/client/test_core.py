@@ -282,3 +282,28 @@ async def test_nats_py_style_client_class(any_server: RunningServer) -> None:
         await nc.publish("core.ctx", b"hi")
         assert (await sub.next_msg()).data == b"hi"
     assert nc.is_closed
+
+
+async def test_silent_server_times_out_and_close_interrupts_connect() -> None:
+    accepted = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.set()
+        await reader.read()  # accepts, never sends INFO
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    url = f"nats://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        with pytest.raises(errors.NoServersError):
+            await tidings.client.connect(url, connect_timeout=0.2)
+        nc = tidings.client.Client()
+        connecting = asyncio.ensure_future(nc.connect(url, connect_timeout=30))
+        accepted.clear()
+        await asyncio.wait_for(accepted.wait(), 5)
+        await asyncio.wait_for(nc.close(), 5)
+        with pytest.raises(errors.ConnectionClosedError):
+            await asyncio.wait_for(connecting, 5)
+        assert nc.is_closed
+    finally:
+        server.close()
