@@ -6,7 +6,12 @@ reference nats-server only: the tidings server does not offer them (yet).
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import os
+import time
+from pathlib import Path
 
 import nkeys
 import pytest
@@ -79,6 +84,67 @@ async def test_nkey_seed(user_seed: bytes, tmp_path: object) -> None:
         other = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
         with pytest.raises(errors.AuthorizationError):
             await tidings.client.connect(server.url, nkeys_seed_str=other.decode())
+    finally:
+        server.stop()
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _keypair(prefix: int) -> tuple[bytes, nkeys.KeyPair]:
+    seed = nkeys.encode_seed(os.urandom(32), prefix)
+    return seed, nkeys.from_seed(bytearray(seed))
+
+
+def _jwt(issuer: nkeys.KeyPair, subject: str, name: str, nats: dict[str, object]) -> str:
+    """A NATS v2 JWT: ed25519-nkey signature by the issuer over header.claims."""
+    header = _b64(json.dumps({"typ": "JWT", "alg": "ed25519-nkey"}).encode())
+    claims = {"jti": "", "iat": int(time.time()), "iss": issuer.public_key.decode(),
+              "name": name, "sub": subject, "nats": nats}
+    claims["jti"] = base64.b32encode(
+        hashlib.sha256(json.dumps(claims).encode()).digest()).decode().rstrip("=")
+    body = _b64(json.dumps(claims).encode())
+    return f"{header}.{body}.{_b64(issuer.sign(f'{header}.{body}'.encode()))}"
+
+
+def _creds(user_jwt: str, seed: bytes) -> str:
+    return (f"-----BEGIN NATS USER JWT-----\n{user_jwt}\n------END NATS USER JWT------\n\n"
+            f"-----BEGIN USER NKEY SEED-----\n{seed.decode()}\n------END USER NKEY SEED------\n")
+
+
+async def test_jwt_creds_file(tmp_path: Path) -> None:
+    _, operator = _keypair(nkeys.PREFIX_BYTE_OPERATOR)
+    _, account = _keypair(nkeys.PREFIX_BYTE_ACCOUNT)
+    _, stranger = _keypair(nkeys.PREFIX_BYTE_ACCOUNT)  # not known to the server
+    user_seed, user = _keypair(nkeys.PREFIX_BYTE_USER)
+    limits = {"subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
+              "wildcards": True, "conn": -1, "leaf": -1}
+    op_jwt = _jwt(operator, operator.public_key.decode(), "op",
+                  {"type": "operator", "version": 2})
+    acc_jwt = _jwt(operator, account.public_key.decode(), "acc",
+                   {"limits": limits, "default_permissions": {"pub": {}, "sub": {}},
+                    "type": "account", "version": 2})
+    user_claims = {"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1,
+                   "type": "user", "version": 2}
+    good = tmp_path / "user.creds"
+    good.write_text(_creds(_jwt(account, user.public_key.decode(), "u", user_claims), user_seed))
+    bad = tmp_path / "stranger.creds"
+    bad.write_text(_creds(_jwt(stranger, user.public_key.decode(), "u", user_claims), user_seed))
+    server = start_reference_config(
+        f'operator: "{op_jwt}"\nresolver: MEMORY\n'
+        f'resolver_preload: {{ {account.public_key.decode()}: "{acc_jwt}" }}\n'
+    )
+    try:
+        nc = await tidings.client.connect(server.url, user_credentials=str(good))
+        try:
+            assert await _roundtrip(nc) == b"hello"
+        finally:
+            await nc.close()
+        with pytest.raises(errors.AuthorizationError):
+            await tidings.client.connect(server.url, user_credentials=str(bad))
+        with pytest.raises(errors.InvalidUserCredentialsError):
+            await tidings.client.connect(server.url, user_credentials=str(tmp_path / "none"))
     finally:
         server.stop()
 
