@@ -230,6 +230,7 @@ class Client:
                 conn.abort()
                 break
             self._attach(conn, srv)
+            self._emit("connected", srv.url)
             return
         if self._status == CLOSED:
             raise errors.ConnectionClosedError()

@@ -56,7 +56,9 @@ async def test_kill_and_restart_same_port(
         # Auto-unsubscribe resumed with what was left (5 - 2): exactly three more.
         got = [m.data async for m in limited.messages]
         assert got == [b"L0", b"L1", b"L2", b"L3", b"L4"]
-        assert events.kinds().index("disconnected") < events.kinds().index("reconnected")
+        kinds = events.kinds()
+        assert kinds[0] == "connected"
+        assert kinds.index("disconnected") < kinds.index("reconnected")
     finally:
         await nc.close()
 
