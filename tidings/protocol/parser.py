@@ -173,7 +173,7 @@ class _Framer:
     @property
     def buffered(self) -> int:
         """Bytes held back waiting for the rest of an operation."""
-        return len(self._buf) + self._have
+        return len(self._buf) + (self._have if self._need else 0)
 
 
 class ClientOpParser(_Framer):
@@ -211,6 +211,9 @@ class ClientOpParser(_Framer):
         """Consume bytes; calls the handler per operation; raises ProtocolError to close."""
         buf = self._take(data)
         if buf is None:
+            # Payload still incomplete; the byte after it must be CR, refused at once if not.
+            if self._have == self._need - 1 and data and data[-1] != 13:
+                raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
             return
         pos = 0
         if self._pending is not None:
@@ -258,6 +261,8 @@ class ClientOpParser(_Framer):
                             start = eol + 1
                             end = start + size
                             if end + 2 > n:
+                                if end < n and buf[end] != 13:
+                                    raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
                                 self._wait_payload(buf, start, size, (None, subject, reply, 0, size))
                                 return
                             if buf[end] != 13 or buf[end + 1] != 10:
@@ -290,8 +295,10 @@ class ClientOpParser(_Framer):
         op = _classify(_CLIENT_OPS, buf, pos, n)
         if op == _BAD:
             raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
-        if isinstance(op, tuple) and op[1] != "bare" and n - op[2] > self.max_control_line:
-            raise ProtocolError(MAX_CONTROL_LINE_EXCEEDED)
+        if isinstance(op, tuple) and op[1] != "bare":
+            # As the reference, a CR the line end has not followed yet is not counted.
+            if n - op[2] - (buf[n - 1] == 13) > self.max_control_line:
+                raise ProtocolError(MAX_CONTROL_LINE_EXCEEDED)
         self._buf = buf[pos:]
 
     def _slow_op(self, buf: bytes, pos: int, n: int) -> int:
