@@ -309,6 +309,19 @@ def test_payload_not_followed_by_crlf(port: int) -> None:
         assert conn.read_to_eof() == ERR_UNKNOWN
 
 
+@pytest.mark.parametrize("ending", [b"x\n", b"xy", b"x\r", b"x"])
+def test_payload_end_refused_as_soon_as_it_is_wrong(port: int, ending: bytes) -> None:
+    """The byte after the payload must be CR: a wrong one closes at once, with no need for
+    more bytes; a right one (or none yet) waits for the rest."""
+    with connected(port) as conn:
+        conn.send(b"SUB foo 1\r\nPUB foo 1\r\n" + ending)
+        if ending in (b"x\r", b"x"):
+            conn.send(b"\n" if ending == b"x\r" else b"\r\n")
+            assert conn.barrier() == b"MSG foo 1 1\r\nx\r\n"
+        else:
+            assert conn.read_to_eof() == ERR_UNKNOWN
+
+
 @pytest.mark.parametrize("op", [b"PUB foo", b"PUB foo reply", b"HPUB foo 22"])
 def test_max_payload_refused_from_control_line(port: int, op: bytes) -> None:
     """Only the control line is sent: the -ERR comes before any payload byte."""
