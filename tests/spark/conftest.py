@@ -1,0 +1,148 @@
+"""Fixtures for the Spark connector tests: one real local Spark session, one tidings server.
+
+Starting Spark costs several seconds, so the session is shared by every test here (local[2],
+UI off, two shuffle partitions, UTC). Each test uses channels of its own, so tests do not see
+each other's messages. Everything is skipped, with the reason, when pyspark, pyarrow or Java
+is missing, or when the Python workers Spark starts cannot import tidings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.servers import RunningServer, free_port, start_tidings
+
+
+def _skip_reason() -> str | None:
+    for module in ("pyspark", "pyarrow"):
+        try:
+            __import__(module)
+        except ImportError:
+            return f"{module} is not installed (pip install 'tidings[spark]')"
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        return "Java is not installed (Spark needs a JVM)"
+    # Spark's Python workers are fresh interpreters: tidings must be installed, not on sys.path.
+    probe = subprocess.run([sys.executable, "-c", "import tidings.spark"], cwd="/",
+                           env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        return "tidings is not importable by Spark's Python workers (pip install -e .)"
+    return None
+
+
+_SKIP = _skip_reason()
+if _SKIP:
+    pytest.skip(_SKIP, allow_module_level=True)
+
+
+@dataclass
+class StanServer:
+    server: RunningServer
+    monitor_url: str
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+def _wait_streaming(url: str, timeout: float = 20.0) -> None:
+    """Until the embedded streaming server answers a connect (it starts after the core)."""
+    from tidings.spark.options import ConnectionOptions
+    from tidings.spark.stan import StanConnection, StanError
+
+    copts = ConnectionOptions.parse({"url": url, "requestTimeout": "1"})
+
+    async def attempt() -> bool:
+        try:
+            conn = await StanConnection(copts, "probe").connect()
+        except StanError:
+            return False
+        await conn.close()
+        return True
+
+    deadline = time.monotonic() + timeout
+    while not asyncio.run(attempt()):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"streaming server at {url} did not come up")
+
+
+@pytest.fixture(scope="session")
+def stan_server() -> Iterator[StanServer]:
+    """A tidings server with streaming (memory store) and monitoring, for the whole session."""
+    http_port = free_port()
+    server = start_tidings(extra_args=["-m", str(http_port), "--max_msgs", "0"])
+    try:
+        _wait_streaming(server.url)
+        yield StanServer(server, f"http://127.0.0.1:{http_port}")
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import tidings.spark
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("tidings-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    tidings.spark.register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def channel_name() -> Any:
+    """A maker of channel names unique to this test."""
+    tag = uuid.uuid4().hex[:8]
+    return lambda name="c": f"t{tag}.{name}"
+
+
+def publish(url: str, channel: str, payloads: list[bytes]) -> None:
+    """Store `payloads` in `channel`, in order; returns once every PubAck is in."""
+    from tidings.streaming import client as stan
+
+    async def run() -> None:
+        sc = await stan.connect("test-cluster", f"feeder-{uuid.uuid4().hex[:10]}", url=url)
+        try:
+            futs = []
+            loop = asyncio.get_running_loop()
+            for payload in payloads:
+                fut: asyncio.Future[None] = loop.create_future()
+
+                def done(guid: str, err: Any, fut: asyncio.Future[None] = fut) -> None:
+                    if err:
+                        fut.set_exception(RuntimeError(str(err)))
+                    else:
+                        fut.set_result(None)
+
+                await sc.publish_async(channel, payload, ack_handler=done)
+                futs.append(fut)
+            await asyncio.gather(*futs)
+        finally:
+            await sc.close()
+
+    asyncio.run(run())

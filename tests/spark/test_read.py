@@ -1,0 +1,92 @@
+"""Batch reads of streaming channels through the `nats` data source on real local Spark."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pytest
+
+from .conftest import publish
+
+
+def _load(spark, server, **options):
+    reader = spark.read.format("nats").option("url", server.url)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def test_batch_read_of_a_channel(spark, stan_server, channel_name):
+    ch = channel_name()
+    payloads = [b"message %d" % i for i in range(1, 301)]
+    before = dt.datetime.now(dt.timezone.utc)
+    publish(stan_server.url, ch, payloads)
+    after = dt.datetime.now(dt.timezone.utc)
+
+    df = _load(spark, stan_server, channels=ch, messagesPerPartition=100)
+    assert df.columns == ["channel", "sequence", "subject", "data", "timestamp", "redelivered"]
+    assert df.rdd.getNumPartitions() == 3  # 300 messages, 100 per partition
+    rows = df.orderBy("sequence").collect()
+
+    assert [r.sequence for r in rows] == list(range(1, 301))
+    assert [bytes(r.data) for r in rows] == payloads
+    assert {r.channel for r in rows} == {ch}
+    assert {r.subject for r in rows} == {ch}
+    assert not any(r.redelivered for r in rows)
+    stamps = [r.timestamp.replace(tzinfo=dt.timezone.utc) for r in rows]
+    assert stamps == sorted(stamps)
+    slack = dt.timedelta(seconds=1)
+    assert before - slack <= stamps[0] and stamps[-1] <= after + slack
+
+
+def test_sequence_bounds_and_several_channels(spark, stan_server, channel_name):
+    a, b, empty = channel_name("a"), channel_name("b"), channel_name("empty")
+    publish(stan_server.url, a, [b"a%d" % i for i in range(1, 51)])
+    publish(stan_server.url, b, [b"b%d" % i for i in range(1, 21)])
+
+    df = _load(spark, stan_server, channels=f"{a},{b},{empty}", startSequence=10,
+               endSequence=30)
+    got = sorted((r.channel, r.sequence, bytes(r.data)) for r in df.collect())
+    want = sorted([(a, i, b"a%d" % i) for i in range(10, 31)]
+                  + [(b, i, b"b%d" % i) for i in range(10, 21)])
+    assert got == want
+
+    # An aggregation runs on top of the partitions like on any other source.
+    counts = {r.channel: r["count"] for r in
+              _load(spark, stan_server, channels=f"{a},{b}").groupBy("channel").count().collect()}
+    assert counts == {a: 50, b: 20}
+
+
+def test_start_time(spark, stan_server, channel_name):
+    ch = channel_name()
+    publish(stan_server.url, ch, [b"old-%d" % i for i in range(5)])
+    time.sleep(0.3)  # a gap in the stored timestamps, not a synchronisation
+    publish(stan_server.url, ch, [b"new-%d" % i for i in range(7)])
+    stamps = [r.timestamp for r in _load(spark, stan_server, channels=ch)
+              .orderBy("sequence").collect()]
+    cut = stamps[4] + (stamps[5] - stamps[4]) / 2  # between the last old and the first new
+
+    df = _load(spark, stan_server, channels=ch, startTime=cut.isoformat() + "Z")
+    rows = df.orderBy("sequence").collect()
+    assert [bytes(r.data) for r in rows] == [b"new-%d" % i for i in range(7)]
+    assert [r.sequence for r in rows] == list(range(6, 13))
+
+
+def test_channel_pattern_with_monitoring(spark, stan_server, channel_name):
+    one, two, other = channel_name("p.one"), channel_name("p.two"), channel_name("q.x")
+    for ch in (one, two, other):
+        publish(stan_server.url, ch, [ch.encode()])
+    pattern = one.rsplit(".", 1)[0] + ".*"
+    df = _load(spark, stan_server, channelPattern=pattern, monitorUrl=stan_server.monitor_url)
+    assert sorted(r.channel for r in df.collect()) == sorted([one, two])
+
+
+def test_errors_are_clear(spark, stan_server, channel_name):
+    with pytest.raises(Exception, match="option channels"):
+        _load(spark, stan_server).collect()
+    with pytest.raises(Exception, match="no NATS Streaming server with cluster id 'nope'"):
+        _load(spark, stan_server, channels=channel_name(), clusterId="nope",
+              requestTimeout="0.5").collect()
+    with pytest.raises(Exception, match="channelPattern needs option monitorUrl"):
+        _load(spark, stan_server, channelPattern="x.*").collect()

@@ -1,0 +1,122 @@
+"""Structured Streaming reads: offsets in the checkpoint, admission control, restarts, retries."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import publish
+
+
+def _stream(spark, server, channels, **options):
+    reader = (spark.readStream.format("nats").option("url", server.url)
+              .option("channels", ",".join(channels)))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def _rows(spark, path):
+    return sorted((r.channel, r.sequence, r.body) for r in
+                  spark.read.parquet(str(path)).select("channel", "sequence", "body").collect())
+
+
+def _expected(channel, bodies, first=1):
+    return [(channel, first + i, body) for i, body in enumerate(bodies)]
+
+
+def test_available_now_restart_from_checkpoint_exactly_once(spark, stan_server, channel_name,
+                                                            tmp_path):
+    a, b = channel_name("a"), channel_name("b")
+    a1 = [f"a-{i}" for i in range(1, 11)]
+    b1 = [f"b-{i}" for i in range(1, 8)]
+    publish(stan_server.url, a, [x.encode() for x in a1])
+    publish(stan_server.url, b, [x.encode() for x in b1])
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+
+    def run():
+        df = _stream(spark, stan_server, [a, b], maxMessagesPerTrigger=6)
+        query = (df.selectExpr("channel", "sequence", "cast(data as string) as body")
+                 .writeStream.format("parquet").option("path", str(out))
+                 .option("checkpointLocation", str(ckpt))
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(120), "the availableNow query did not finish"
+        assert query.exception() is None
+        return [p["numInputRows"] for p in query.recentProgress]
+
+    sizes = run()
+    assert sum(sizes) == 17
+    assert max(sizes) <= 6  # maxMessagesPerTrigger is honoured (admission control)
+    assert _rows(spark, out) == sorted(_expected(a, a1) + _expected(b, b1))
+
+    a2 = [f"a-{i}" for i in range(11, 16)]
+    b2 = [f"b-{i}" for i in range(8, 12)]
+    publish(stan_server.url, a, [x.encode() for x in a2])
+    publish(stan_server.url, b, [x.encode() for x in b2])
+    sizes = run()
+    assert sum(sizes) == 9  # only what came after the checkpointed offsets
+    assert _rows(spark, out) == sorted(_expected(a, a1 + a2) + _expected(b, b1 + b2))
+
+
+def test_failed_micro_batch_is_replayed_without_loss(spark, stan_server, channel_name,
+                                                     tmp_path):
+    from pyspark.errors import StreamingQueryException
+
+    ch = channel_name()
+    bodies = [f"m-{i}" for i in range(1, 26)]
+    publish(stan_server.url, ch, [x.encode() for x in bodies])
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    seen: list[tuple[int, list[int]]] = []
+
+    def sink(df, batch_id):
+        seqs = sorted(r.sequence for r in df.select("sequence").collect())
+        seen.append((batch_id, seqs))
+        if len(seen) == 1:
+            raise RuntimeError("the sink failed on purpose")
+        # Idempotent per batch: a replayed batch overwrites its own output.
+        df.write.mode("overwrite").parquet(str(out / f"batch={batch_id}"))
+
+    def start():
+        return (_stream(spark, stan_server, [ch], maxMessagesPerTrigger=10)
+                .selectExpr("channel", "sequence", "cast(data as string) as body")
+                .writeStream.foreachBatch(sink).option("checkpointLocation", str(ckpt))
+                .trigger(availableNow=True).start())
+
+    failing = start()
+    with pytest.raises(StreamingQueryException, match="failed on purpose"):
+        failing.awaitTermination(120)
+
+    retried = start()
+    assert retried.awaitTermination(120)
+    assert retried.exception() is None
+    # The failed batch ran again with the same id and exactly the same messages.
+    assert seen[0] == seen[1] == (0, list(range(1, 11)))
+    assert [batch for batch, _ in seen] == [0, 0, 1, 2]
+    assert _rows(spark, out) == _expected(ch, bodies)
+
+
+def test_starting_offsets_and_new_messages_only(spark, stan_server, channel_name, tmp_path):
+    ch = channel_name()
+    publish(stan_server.url, ch, [b"before-1", b"before-2"])
+    out = tmp_path / "out"
+    query = (_stream(spark, stan_server, [ch], startingOffsets="latest")
+             .selectExpr("channel", "sequence", "cast(data as string) as body")
+             .writeStream.format("parquet").option("path", str(out))
+             .option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(120)
+    publish(stan_server.url, ch, [b"after-1"])
+    query = (_stream(spark, stan_server, [ch], startingOffsets="latest")
+             .selectExpr("channel", "sequence", "cast(data as string) as body")
+             .writeStream.format("parquet").option("path", str(out))
+             .option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(120)
+    assert _rows(spark, out) == [(ch, 3, "after-1")]
+
+    explicit = (_stream(spark, stan_server, [ch], startingOffsets=f'{{"{ch}": 1}}')
+                .selectExpr("channel", "sequence", "cast(data as string) as body")
+                .writeStream.format("memory").queryName("explicit_offsets")
+                .trigger(availableNow=True).start())
+    assert explicit.awaitTermination(120)
+    got = [(r.sequence, r.body) for r in spark.sql("select * from explicit_offsets").collect()]
+    assert sorted(got) == [(2, "before-2"), (3, "after-1")]

@@ -1,0 +1,215 @@
+"""The `nats` data source: batch reader, stream reader, batch and stream writers.
+
+    from tidings.spark import register
+    register(spark)
+    df = (spark.read.format("nats").option("url", "nats://127.0.0.1:4222")
+          .option("channels", "orders,payments").load())
+
+Rows: `(channel string, sequence long, subject string, data binary, timestamp timestamp,
+redelivered boolean)`. See docs/spark.md for every option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from .arrow import spark_schema
+from .catalog import ChannelCatalog
+from .options import ConnectionOptions, OptionError, ReadOptions, parse_offsets_json
+from .planning import SeqRange, limit_offsets, merge_offsets, ranges_between, split_range
+from .reader import NatsPartition, ReadParams, read_partition
+
+
+class NatsDataSource(DataSource):
+    """`spark.read.format("nats")`, `readStream`, `write` and `writeStream`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "nats"
+
+    def schema(self) -> StructType:
+        return spark_schema()
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return NatsBatchReader(self.options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return NatsStreamReader(self.options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
+        from .writer import NatsWriter
+
+        return NatsWriter(self.options, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        from .writer import NatsStreamWriter
+
+        return NatsStreamWriter(self.options, schema)
+
+
+def _channels(catalog: ChannelCatalog, ropts: ReadOptions) -> list[str]:
+    names = list(ropts.channels)
+    if ropts.channel_pattern:
+        names.extend(catalog.discover(ropts.channel_pattern))
+    return list(dict.fromkeys(names))
+
+
+class NatsBatchReader(DataSourceReader):
+    """Plans sequence ranges on the driver; each partition reads its range on an executor."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.copts = ConnectionOptions.parse(options)
+        self.ropts = ReadOptions.parse(options)
+        self.params = ReadParams.of(self.ropts)
+        self.sizes: dict[str, int] = {}
+
+    def plan(self) -> list[SeqRange]:
+        ropts = self.ropts
+        catalog = ChannelCatalog(self.copts)
+        try:
+            channels = _channels(catalog, ropts)
+            bounds = catalog.info(channels)
+            starts: dict[str, int | None] = {}
+            if ropts.start_time_ns is not None:
+                live = [ch for ch in channels if bounds[ch] is not None]
+                starts.update(catalog.first_at_or_after(live, ropts.start_time_ns))
+        finally:
+            catalog.close()
+        self.sizes = dict(catalog.sizes)
+        ranges: list[SeqRange] = []
+        for ch in channels:
+            b = bounds[ch]
+            if b is None:
+                continue
+            first, last = b.first, b.last
+            lo = first
+            if ropts.start_sequence is not None:
+                lo = max(lo, ropts.start_sequence)
+            if ropts.start_time_ns is not None:
+                at = starts.get(ch)
+                if at is None:
+                    continue
+                lo = max(lo, at)
+            hi = last if ropts.end_sequence is None else min(last, ropts.end_sequence)
+            ranges.extend(split_range(ch, lo, hi, ropts.messages_per_partition,
+                                      ropts.min_partitions_per_channel))
+        return ranges
+
+    def partitions(self) -> Sequence[InputPartition]:
+        ranges = self.plan()
+        return [NatsPartition(r, self.copts, self.params, self.sizes.get(r.channel, 0),
+                              self.ropts.start_time_ns or 0) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, NatsPartition)
+        return read_partition(partition)
+
+
+class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over channels; offsets are `{channel: last sequence handed to Spark}`."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.copts = ConnectionOptions.parse(options)
+        self.ropts = ReadOptions.parse(options)
+        if self.ropts.end_sequence is not None:
+            raise OptionError("option endSequence is for batch reads only")
+        self.params = ReadParams.of(self.ropts)
+        self.catalog = ChannelCatalog(self.copts)
+        self.target: dict[str, int] | None = None  # Trigger.AvailableNow's end
+
+    # -- offsets ----------------------------------------------------------------
+    def _channels(self) -> list[str]:
+        return _channels(self.catalog, self.ropts)
+
+    def _new_channel_start(self, channels: list[str]) -> dict[str, int]:
+        """Where reading of channels without an offset yet begins (the value is 'before')."""
+        ropts = self.ropts
+        out = dict.fromkeys(channels, 0)
+        if ropts.start_sequence is not None:
+            out = dict.fromkeys(channels, ropts.start_sequence - 1)
+        elif ropts.start_time_ns is not None:
+            firsts = self.catalog.first_at_or_after(channels, ropts.start_time_ns)
+            lasts = self.catalog.last_sequences(channels)
+            out = {ch: (firsts[ch] - 1 if firsts[ch] is not None else lasts[ch])
+                   for ch in channels}
+        elif ropts.starting_offsets == "latest":
+            out = self.catalog.last_sequences(channels)
+        elif ropts.starting_offsets != "earliest":
+            given = parse_offsets_json(ropts.starting_offsets, "startingOffsets")
+            out = {ch: given.get(ch, 0) for ch in channels}
+        return out
+
+    def initialOffset(self) -> dict:
+        return self._new_channel_start(self._channels())
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The end of the next micro-batch.
+
+        Channels already in `start` advance to their last sequence (at most up to the
+        AvailableNow target, at most `limit.max_rows` messages in all). A channel seen for the
+        first time enters the offset at its starting point and is read from the next batch on,
+        so `partitions(start, end)` never needs anything but the two offsets.
+        """
+        start = {str(k): int(v) for k, v in start.items()}
+        if self.target is not None:
+            known = [ch for ch in self.target if ch in start]
+            new = [ch for ch in self.target if ch not in start]
+            latest = {ch: self.target[ch] for ch in known}
+        else:
+            channels = self._channels()
+            known = [ch for ch in channels if ch in start]
+            new = [ch for ch in channels if ch not in start]
+            latest = self.catalog.last_sequences(known) if known else {}
+        end = merge_offsets(start, latest)
+        if isinstance(limit, ReadMaxRows):
+            end = merge_offsets(start, limit_offsets(start, end, limit.max_rows))
+        if new:
+            end.update(self._new_channel_start(new))
+        return end
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.ropts.max_messages_per_trigger:
+            return ReadMaxRows(self.ropts.max_messages_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        channels = self._channels()
+        self.target = self.catalog.last_sequences(channels)
+
+    def reportLatestOffset(self) -> dict | None:
+        return None
+
+    # -- partitions -------------------------------------------------------------
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        start = {str(k): int(v) for k, v in start.items()}
+        end = {str(k): int(v) for k, v in end.items()}
+        ranges = ranges_between(start, end, self.ropts.messages_per_partition, 1)
+        sizes = self.catalog.sizes
+        return [NatsPartition(r, self.copts, self.params, sizes.get(r.channel, 0),
+                              self.ropts.start_time_ns or 0) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, NatsPartition)
+        return read_partition(partition)
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.catalog.close()
