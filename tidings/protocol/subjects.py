@@ -32,13 +32,30 @@ def is_valid_subject(subject: bytes | str) -> bool:
 
 
 def is_valid_literal_subject(subject: bytes | str) -> bool:
-    """True for a subject usable in PUB under pedantic mode: valid and without wildcards."""
+    """The reference's check of a PUB subject under pedantic mode: no empty token and no
+    wildcard token. White space is not looked at (the reference does not either)."""
     if isinstance(subject, str):
         subject = subject.encode()
-    if not is_valid_subject(subject):
+    if not subject:
         return False
     for tok in subject.split(b"."):
-        if tok == b"*" or tok == b">":
+        if not tok or tok == b"*" or tok == b">":
+            return False
+    return True
+
+
+def is_valid_subscription(subject: bytes | str) -> bool:
+    """The reference's check of a SUB subject (its subject index refuses the rest): no empty
+    token and nothing after a `>` token. Other white space than the field separators (e.g.
+    a form feed) is accepted there, unlike in is_valid_subject."""
+    if isinstance(subject, str):
+        subject = subject.encode()
+    if not subject:
+        return False
+    tokens = subject.split(b".")
+    last = len(tokens) - 1
+    for i, tok in enumerate(tokens):
+        if not tok or (tok == b">" and i != last):
             return False
     return True
 

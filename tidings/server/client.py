@@ -23,7 +23,7 @@ from ..protocol.errors import (
     ProtocolError,
 )
 from ..protocol.parser import ClientOpParser
-from ..protocol.subjects import is_valid_subject
+from ..protocol.subjects import is_valid_subscription
 from .sublist import EMPTY_RESULT, Subscription
 
 if TYPE_CHECKING:
@@ -355,7 +355,7 @@ class ClientConnection(asyncio.Protocol):
 
     def on_sub(self, subject: bytes, queue: bytes | None, sid: bytes) -> None:
         if sid not in self.subs:
-            if not is_valid_subject(subject):
+            if not is_valid_subscription(subject):
                 self.send_err(INVALID_SUBJECT)
                 return
             sub = Subscription(self, subject, queue, sid)
