@@ -75,6 +75,7 @@ class Client:
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._status = CLOSED
+        self._fast_max = -1  # largest payload publish() may take on its fast path; -1: none
         self._ever_connected = False
         self._conn: Connection | None = None
         self._srv: Server | None = None
@@ -207,7 +208,7 @@ class Client:
         }
         self._event_cb = event_cb
         self._inbox_prefix = inbox_prefix.encode()
-        self._status = CONNECTING
+        self._set_status(CONNECTING)
         self._closed_fut = self._loop.create_future()
         self._event_task = self._loop.create_task(self._run_events())
 
@@ -235,7 +236,7 @@ class Client:
         if self._status == CLOSED:
             raise errors.ConnectionClosedError()
         await self._stop_events()
-        self._status = CLOSED
+        self._set_status(CLOSED)
         if isinstance(last, errors.ServerError | errors.SecureConnWantedError
                       | errors.SecureConnFailedError | errors.InvalidUserCredentialsError):
             raise last
@@ -313,12 +314,19 @@ class Client:
         self._ever_connected = True
         self._apply_info(conn.info, initial=True)
         conn.go_live(self.options["ping_interval"], self.options["max_outstanding_pings"])
-        self._status = CONNECTED
+        self._set_status(CONNECTED)
+
+    def _set_status(self, status: int) -> None:
+        self._status = status
+        self._fast_max = (
+            min(LARGE_PAYLOAD - 1, self._max_payload) if status == CONNECTED else -1
+        )
 
     def _apply_info(self, info: dict[str, Any], initial: bool = False) -> None:
         self._info.update(info)
         if "max_payload" in info:
             self._max_payload = int(info["max_payload"])
+            self._set_status(self._status)
         urls = info.get("connect_urls")
         if urls and self._srv is not None:
             scheme = self._srv.uri.scheme
@@ -360,7 +368,7 @@ class Client:
         if self._status in (DRAINING_SUBS, DRAINING_PUBS) or not self.options["allow_reconnect"]:
             self._spawn(self._close())
             return
-        self._status = RECONNECTING
+        self._set_status(RECONNECTING)
         self._reconnect_task = self._loop.create_task(self._reconnect())
 
     def _spawn(self, coro: Awaitable[None]) -> None:
@@ -469,8 +477,7 @@ class Client:
         if pre is None:
             pre = self._pub_prefix(subject)
         n = len(payload)
-        if (reply or headers is not None or n >= LARGE_PAYLOAD or n > self._max_payload
-                or self._status != CONNECTED):
+        if n > self._fast_max or reply or headers is not None:
             rep = b""
             if reply:
                 rep = self._subjects.get(reply) or self._check_subject(reply)
@@ -750,7 +757,7 @@ class Client:
         if self._status in (CONNECTING, RECONNECTING):
             raise errors.ConnectionReconnectingError()
         limit = self.options["drain_timeout"] if timeout is None else timeout
-        self._status = DRAINING_SUBS
+        self._set_status(DRAINING_SUBS)
         subs = list(self._subs.values())
         try:
             await asyncio.wait_for(self._drain_subs(subs), limit)
@@ -759,7 +766,7 @@ class Client:
         except errors.Error as exc:
             self._emit("error", exc)
         if self._status == DRAINING_SUBS:
-            self._status = DRAINING_PUBS
+            self._set_status(DRAINING_PUBS)
             try:
                 if self._conn is not None:
                     fut: asyncio.Future[None] = self._loop.create_future()
@@ -795,7 +802,7 @@ class Client:
                 await asyncio.shield(self._closed_fut)
             return
         was_connected = self._conn is not None
-        self._status = CLOSED
+        self._set_status(CLOSED)
         if self._handshaking is not None:
             self._handshaking.abort()  # a connect or reconnect in progress ends now
         task = self._reconnect_task

@@ -199,9 +199,9 @@ async def test_bad_subjects(nc: Client) -> None:
 
 
 async def test_drain_handles_queued_messages(any_server: RunningServer) -> None:
-    nc = await tidings.client.connect(any_server.url)
-    handled: list[bytes] = []
     closed = asyncio.Event()
+    nc = await tidings.client.connect(any_server.url, closed_cb=closed.set)
+    handled: list[bytes] = []
 
     async def slow(msg: Msg) -> None:
         await asyncio.sleep(0)
@@ -217,7 +217,6 @@ async def test_drain_handles_queued_messages(any_server: RunningServer) -> None:
         return [m.data async for m in it.messages]
 
     consumer = asyncio.create_task(consume())
-    nc._callbacks["closed"] = lambda: closed.set()
     await nc.drain()
     assert nc.is_closed
     assert handled == [b"%d" % i for i in range(50)]

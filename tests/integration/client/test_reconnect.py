@@ -199,3 +199,49 @@ async def test_server_pings_are_answered(servers: Servers, events: Events) -> No
         assert nc.stats["reconnects"] == 0
     finally:
         await nc.close()
+
+
+async def test_server_killed_mid_stream(
+    servers: Servers, fast_reconnect: dict[str, Any], events: Events
+) -> None:
+    """A publisher keeps going while the server dies and comes back: every message published
+    once the client knew it was disconnected arrives, in order, exactly once."""
+    server = servers.start()
+    nc = await tidings.client.connect(server.url, event_cb=events, **fast_reconnect)
+    try:
+        sub = await nc.subscribe("mid.stream")
+        await nc.flush()
+        first_buffered: list[int] = []
+        stop = asyncio.Event()
+
+        async def publisher() -> int:
+            seq = 0
+            while not stop.is_set():
+                if nc.is_reconnecting and not first_buffered:
+                    first_buffered.append(seq)
+                await nc.publish("mid.stream", b"%d" % seq)
+                seq += 1
+                if seq % 20 == 0:
+                    await asyncio.sleep(0.001)  # let the loop run: reads, timers, events
+            return seq
+
+        task = asyncio.ensure_future(publisher())
+        while sub.delivered < 200:
+            await sub.next_msg(5)
+        server.kill()
+        await events.wait("disconnected")
+        await servers.restart(server)
+        await events.wait("reconnected")
+        await nc.flush()
+        stop.set()
+        sent = await task
+        await nc.flush()
+        got = []
+        while sub.pending_msgs:
+            got.append(int((await sub.next_msg(1)).data))
+        assert first_buffered, "the publisher never saw the disconnect"
+        assert got == sorted(set(got))  # in order, no duplicates
+        tail = [s for s in got if s >= first_buffered[0]]
+        assert tail == list(range(first_buffered[0], sent))
+    finally:
+        await nc.close()
