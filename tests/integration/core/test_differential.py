@@ -187,6 +187,8 @@ EXCHANGES: list[Ex] = [
     ex("sub_gt_alone", QUIET + b"SUB > 1\r\nPUB a.b.c 1\r\na\r\n"),
     ex("sub_star_and_literal_both_match",
        QUIET + b"SUB foo.* 1\r\nSUB foo.bar 2\r\nSUB foo.> 3\r\nPUB foo.bar 1\r\nx\r\n"),
+    ex("sub_order_six_patterns", QUIET + b"SUB foo.* 1\r\nSUB foo.bar 2\r\nSUB foo.> 3\r\n"
+       b"SUB > 4\r\nSUB *.bar 5\r\nSUB *.> 6\r\nPUB foo.bar 1\r\nx\r\n"),
     ex("sub_star_inside_token_is_literal",
        QUIET + b"SUB foo*.bar 1\r\nPUB foo*.bar 1\r\nx\r\nPUB fooX.bar 1\r\ny\r\n"),
     ex("sub_duplicate_sid",
