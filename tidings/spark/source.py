@@ -55,11 +55,16 @@ class NatsDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         from .writer import NatsWriter
 
+        if overwrite:
+            raise OptionError("a NATS channel or subject cannot be overwritten: "
+                              "write with mode('append')")
         return NatsWriter(self.options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
         from .writer import NatsStreamWriter
 
+        # outputMode("complete") arrives as overwrite: every trigger publishes the whole
+        # result table again, which is a fine thing to do on a messaging system.
         return NatsStreamWriter(self.options, schema)
 
 
