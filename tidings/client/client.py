@@ -15,6 +15,7 @@ import inspect
 import logging
 import re
 import ssl
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -743,9 +744,9 @@ class Client:
 
     async def rtt(self, timeout: float = DEFAULT_FLUSH_TIMEOUT) -> float:
         """Seconds for one PING/PONG round trip."""
-        start = self._loop.time()
+        start = time.perf_counter()  # uvloop's clock has millisecond steps
         await self.flush(timeout)
-        return self._loop.time() - start
+        return time.perf_counter() - start
 
     # -- drain and close ---------------------------------------------------------
     async def drain(self, timeout: float | None = None) -> None:

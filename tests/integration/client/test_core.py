@@ -306,3 +306,67 @@ async def test_silent_server_times_out_and_close_interrupts_connect() -> None:
         assert nc.is_closed
     finally:
         server.close()
+
+
+async def test_old_style_request_rtt_and_inbox(nc: Client) -> None:
+    async def svc(msg: Msg) -> None:
+        await msg.respond(msg.data[::-1])
+
+    await nc.subscribe("core.old", cb=svc)
+    reply = await nc.request("core.old", b"abc", timeout=5, old_style=True)
+    assert reply.data == b"cba"
+    assert await nc.rtt() > 0
+    a, b = nc.new_inbox(), nc.new_inbox()
+    assert a != b and a.startswith("_INBOX.")
+
+
+async def test_subscription_drain_keeps_queued(nc: Client) -> None:
+    sub = await nc.subscribe("core.sdrain")
+    for i in range(5):
+        await nc.publish("core.sdrain", b"%d" % i)
+    await nc.flush()
+    consumer = asyncio.ensure_future(_collect(sub))
+    await sub.drain()
+    assert await consumer == [b"%d" % i for i in range(5)]
+    await nc.publish("core.sdrain", b"late")
+    await nc.flush()
+    assert sub.pending_msgs == 0
+
+
+async def _collect(sub: tidings.client.Subscription) -> list[bytes]:
+    return [m.data async for m in sub.messages]
+
+
+async def test_future_subscription_and_sync_callback(nc: Client) -> None:
+    fut: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+    await nc.subscribe("core.fut", future=fut)
+    seen: list[bytes] = []
+    got_two = asyncio.Event()
+
+    def plain(msg: Msg) -> None:  # not a coroutine: also accepted
+        seen.append(msg.data)
+        if len(seen) == 2:
+            got_two.set()
+
+    await nc.subscribe("core.fut", cb=plain)
+    await nc.publish("core.fut", b"1")
+    await nc.publish("core.fut", b"2")
+    assert (await asyncio.wait_for(fut, 5)).data == b"1"
+    await asyncio.wait_for(got_two.wait(), 5)
+    assert seen == [b"1", b"2"]
+
+
+async def test_bytes_subjects_and_header_objects(nc: Client) -> None:
+    from tidings.protocol.headers import Headers
+
+    sub = await nc.subscribe("core.bytes")
+    await nc.publish(b"core.bytes", b"raw")  # type: ignore[arg-type]
+    assert (await sub.next_msg(2)).data == b"raw"
+    hdrs = Headers([("A", "1"), ("A", "2")])
+    await nc.publish("core.bytes", b"h", headers=hdrs)
+    msg = await sub.next_msg(2)
+    assert msg.headers is not None
+    assert msg.headers.get_all("A") == ["1", "2"]
+    assert msg.headers == {"A": "2"}  # compares like nats-py's dict (last value wins)
+    with pytest.raises(errors.BadHeaderError):
+        await nc.publish("core.bytes", b"", headers={"bad name": "x"})
