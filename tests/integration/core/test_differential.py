@@ -394,6 +394,26 @@ EXCHANGES: list[Ex] = [
     ex("echo_false_no_responders",
        b'CONNECT {"verbose":false,"echo":false,"headers":true,"no_responders":true}\r\n'
        b"SUB svc 2\r\nSUB r.1 1\r\nPUB svc r.1 2\r\nhi\r\n"),
+    ex("echo_false_queue_self_only",
+       b'CONNECT {"verbose":false,"echo":false,"headers":true,"no_responders":true}\r\n'
+       b"SUB svc g 2\r\nSUB r.1 1\r\nPUB svc r.1 2\r\nhi\r\n"),
+    ex("no_responders_queue_only", NORESP + b"SUB svc g 2\r\nSUB r.1 1\r\nPUB svc r.1 2\r\nhi\r\n"),
+    ex("verbose_proto1_ping",
+       b'CONNECT {"verbose":true,"protocol":1}\r\nSUB a 1\r\nPING\r\nPUB a 1\r\nx\r\n'),
+    # -- many frames in one write: the compiled scanner's runs, interest changing between --
+    ex("many_pubs_one_write", QUIET + b"SUB foo 1\r\n" + b"".join(
+        b"PUB %s %d\r\n%s\r\n" % (b"foo" if i % 3 else b"nobody", i % 50, b"z" * (i % 50))
+        for i in range(600))),
+    ex("interest_changes_between_runs", QUIET + b"PUB a 1\r\n1\r\n" * 50 + b"SUB a 1\r\n"
+       + b"PUB a 1\r\n2\r\n" * 50 + b"UNSUB 1\r\n" + b"PUB a 1\r\n3\r\n" * 50
+       + b"SUB a.> 2\r\nSUB a 3\r\n" + b"PUB a 1\r\n4\r\nPUB a.b 1\r\n5\r\n" * 50),
+    ex("auto_unsubscribe_inside_a_run", QUIET + b"SUB a 1\r\nUNSUB 1 7\r\n"
+       + b"PUB a 1\r\nx\r\n" * 20 + b"PUB b 1\r\ny\r\n"),
+    ex("requests_to_nobody_in_a_run", NORESP + b"SUB r 1\r\n" + b"".join(
+        b"PUB nobody.%d r 1\r\n%d\r\n" % (i % 4, i % 10) for i in range(40))),
+    ex("big_payloads_one_write", b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB big 1\r\n'
+       + b"".join(b"PUB big %d\r\n%s\r\n" % (n, bytes([65 + i]) * n)
+                  for i, n in enumerate([40000, 1, 70000, 0, 32768, 32767]))),
     # -- authorization --------------------------------------------------------------------
     ex("auth_ping_first", b"PING\r\n", config="auth"),
     ex("auth_sub_first", b"SUB foo 1\r\n", config="auth"),
