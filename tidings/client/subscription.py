@@ -48,7 +48,10 @@ class Subscription:
         self._cb = cb
         self._max_msgs = max_msgs
         self._received = 0  # messages the server sent us, dropped ones included
-        self._pending: deque[Msg] = deque()
+        # Raw fields, not Msg objects: a tuple of bytes is dropped from the cyclic GC's watch
+        # at its first collection, so a long queue costs the collector nothing; the Msg is
+        # made when the message is handed out.
+        self._pending: deque[tuple[bytes, bytes | None, bytes, bytes | None]] = deque()
         self._pending_bytes = 0
         self._pml = pending_msgs_limit if pending_msgs_limit > 0 else 1 << 62
         self._pbl = pending_bytes_limit if pending_bytes_limit > 0 else 1 << 62
@@ -116,7 +119,7 @@ class Subscription:
         else:
             if self._slow and len(q) * 2 <= self._pml and self._pending_bytes * 2 <= self._pbl:
                 self._slow = False
-            q.append(Msg(self._client, subject, reply, payload, hdr, self._id))
+            q.append((subject, reply, payload, hdr))
             self._pending_bytes += len(payload)
             if self._waiters:
                 self._wake()
@@ -136,11 +139,11 @@ class Subscription:
         await fut
 
     def _pop(self) -> Msg:
-        msg = self._pending.popleft()
-        self._pending_bytes -= len(msg.data)
+        subject, reply, payload, hdr = self._pending.popleft()
+        self._pending_bytes -= len(payload)
         if not self._pending and self._consumed_waiters:
             self._wake_consumed()
-        return msg
+        return Msg(self._client, subject, reply, payload, hdr, self._id)
 
     def _wake_consumed(self) -> None:
         waiters, self._consumed_waiters = self._consumed_waiters, []
@@ -308,11 +311,11 @@ class _MessageIterator:
         q = sub._pending
         while True:
             if q:
-                msg = q.popleft()
-                sub._pending_bytes -= len(msg.data)
+                subject, reply, payload, hdr = q.popleft()
+                sub._pending_bytes -= len(payload)
                 if not q and sub._consumed_waiters:
                     sub._wake_consumed()
-                return msg
+                return Msg(sub._client, subject, reply, payload, hdr, sub._id)
             if sub._closed:
                 raise StopAsyncIteration
             fut = sub._loop.create_future()
