@@ -5,9 +5,13 @@
    answers PING with PONG; the server process is alive and serves a new client.
 2. Random sequences of plausible operations (valid frames, broken ones, odd blanks and line
    ends, split at random places) get the same answer from tidings and the reference.
+
+TIDINGS_FUZZ_EXAMPLES=5000 runs more examples than the default (e.g. before a release).
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +22,7 @@ from .rawnats import RawConn, run_exchange
 from .test_differential import ALLOWED, comparable, describe
 
 FUZZ = settings(
-    max_examples=150,
+    max_examples=int(os.environ.get("TIDINGS_FUZZ_EXAMPLES", 150)),
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],

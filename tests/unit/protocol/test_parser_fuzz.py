@@ -3,6 +3,7 @@ reads never changes what the client-op parser reports."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +15,7 @@ from tidings.protocol.parser import ClientOpParser, scan_pubs
 from .recorder import ClientOps, feed_client, feed_server
 
 FUZZ = settings(
-    max_examples=300,
+    max_examples=int(os.environ.get("TIDINGS_FUZZ_EXAMPLES", 300)),
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
