@@ -474,12 +474,14 @@ class ServerOpParser(_Framer):
                 f = buf[pos + 4 : line_end].split()
                 hdr = 0
                 if len(f) == 3:
-                    subject, sid, reply, szb = f[0], f[1], None, f[2]
+                    subject, sid, szb = f
+                    reply = None
                 elif len(f) == 4:
                     subject, sid, reply, szb = f
                 else:
                     raise ProtocolError(None, f"bad MSG line {buf[pos:eol]!r}")
-                size = parse_size(szb)
+                # parse_size inlined: this line runs once per message a client receives
+                size = int(szb) if szb.isdigit() and len(szb) <= _MAX_SIZE_DIGITS else -1
             else:
                 op = _classify(_SERVER_OPS, buf, pos, eol)
                 if not isinstance(op, tuple):
