@@ -139,6 +139,14 @@ async def bench_request(lib: Any, url: str, count: int, size: int) -> float:
     try:
         await responder.subscribe(SUBJECT + ".svc", cb=respond)
         await responder.flush()
+        # nats-py 2.16's flush() may send its PING ahead of the SUB still in its buffer, so
+        # the first requests can find no responder yet: retry until one is answered.
+        for _ in range(1000):
+            try:
+                await requester.request(SUBJECT + ".svc", payload, timeout=5)
+                break
+            except lib.errors.NoRespondersError:
+                await asyncio.sleep(0.001)
         for _ in range(200):  # warm up
             await requester.request(SUBJECT + ".svc", payload, timeout=5)
         start = time.perf_counter()
