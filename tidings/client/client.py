@@ -217,11 +217,6 @@ class Client:
         for srv in self._pool.servers:
             try:
                 conn = await self._connect_to(srv)
-            except errors.ServerError as exc:
-                # A typed -ERR (e.g. Authorization Violation) is the answer; report it as such.
-                srv.failed += 1
-                last = exc
-                continue
             except (OSError, asyncio.TimeoutError, errors.Error, ssl.SSLError) as exc:
                 srv.failed += 1
                 last = exc
@@ -240,7 +235,7 @@ class Client:
         self._set_status(CLOSED)
         if isinstance(last, errors.ServerError | errors.SecureConnWantedError
                       | errors.SecureConnFailedError | errors.InvalidUserCredentialsError):
-            raise last
+            raise last  # a typed answer (e.g. Authorization Violation) says more than "no servers"
         raise errors.NoServersError(str(last) if last else "") from last
 
     async def _connect_to(self, srv: Server) -> Connection:
@@ -398,9 +393,7 @@ class Client:
                     return
                 try:
                     conn = await self._connect_to(srv)
-                except asyncio.CancelledError:
-                    raise
-                except BaseException as exc:
+                except Exception as exc:
                     srv.failed += 1
                     self._last_error = exc
                     if isinstance(exc, errors.ServerError):
