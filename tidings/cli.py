@@ -104,6 +104,19 @@ def _cmd_import_ref(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_pipeline(args: argparse.Namespace) -> int:
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        print(f"tidings pipeline needs Spark: pip install 'tidings[spark]' ({exc})",
+              file=sys.stderr)
+        return 2
+    from .spark import pipeline
+
+    return pipeline.run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tidings", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -138,6 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure any NATS server (like `nats bench`)")
     bench_cli.configure(bench)
     bench.set_defaults(func=bench_cli.run)
+
+    from .spark import pipeline as pipeline_cli
+
+    pipeline = commands.add_parser(
+        "pipeline", help="windowed aggregates of JSON events on Spark (tidings[spark])",
+        description=pipeline_cli.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    pipeline_cli.configure(pipeline)
+    pipeline.set_defaults(func=_cmd_pipeline)
     return parser
 
 

@@ -1,0 +1,79 @@
+"""The `tidings pipeline` job: event-time windows to Parquet and to a results channel."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+from tidings.spark.pipeline import PipelineConfig, start
+
+from .conftest import publish
+
+BASE_MS = 1_700_000_000_000  # a multiple of 10 s: windows start here
+
+
+def _event(key: str, value: float, at_s: float) -> bytes:
+    return json.dumps({"key": key, "value": value, "ts": BASE_MS + int(at_s * 1000)}).encode()
+
+
+def _run(spark, cfg):
+    queries = start(spark, cfg)
+    for q in queries:
+        assert q.awaitTermination(180), f"{q.name} did not finish"
+        assert q.exception() is None
+
+
+def _parquet(spark, path):
+    return sorted(
+        (r.window_start.replace(tzinfo=None), r.key, r["count"], r.sum, r.min, r.max)
+        for r in spark.read.parquet(str(path)).collect())
+
+
+def _utc_naive(index: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(BASE_MS / 1000 + 10 * index, dt.timezone.utc).replace(
+        tzinfo=None)
+
+
+def _results(spark, server, channel):
+    df = (spark.read.format("nats").option("url", server.url).option("channels", channel)
+          .load())
+    return [json.loads(bytes(r.data)) for r in df.orderBy("sequence").collect()]
+
+
+def test_pipeline_windows_resume_from_checkpoint(spark, stan_server, channel_name, tmp_path):
+    events, results = channel_name("events"), channel_name("results")
+    publish(stan_server.url, events, [
+        _event("k1", 1, 1), _event("k1", 2, 4), _event("k2", 10, 7), _event("k1", 3, 9.5),
+        b"not json at all", b'{"no": "key"}',
+        _event("k1", 5, 12),
+        _event("k1", 100, 35),  # moves the watermark to 30 s: windows 0 and 1 are final
+    ])
+    cfg = PipelineConfig(url=stan_server.url, channels=(events,),
+                         output=str(tmp_path / "out"), checkpoint=str(tmp_path / "ckpt"),
+                         results_channel=results, window="10 seconds", watermark="5 seconds",
+                         trigger="availableNow")
+    _run(spark, cfg)
+    w0, w1, w3 = _utc_naive(0), _utc_naive(1), _utc_naive(3)
+    assert _parquet(spark, cfg.output) == [
+        (w0, "k1", 3, 6.0, 1.0, 3.0), (w0, "k2", 1, 10.0, 10.0, 10.0),
+        (w1, "k1", 1, 5.0, 5.0, 5.0)]
+    published = {(r["window_start"], r["key"]): (r["count"], r["sum"])
+                 for r in _results(spark, stan_server, results)}
+    # Update mode publishes open windows too (window 3 is not final yet).
+    assert published == {
+        (f"{w0.isoformat()}.000Z", "k1"): (3, 6.0), (f"{w0.isoformat()}.000Z", "k2"): (1, 10.0),
+        (f"{w1.isoformat()}.000Z", "k1"): (1, 5.0), (f"{w3.isoformat()}.000Z", "k1"): (1, 100.0)}
+
+    # Stopped; more events arrive; the same checkpoint resumes where it stopped.
+    publish(stan_server.url, events, [
+        _event("k2", 7, 36), _event("k1", 1, 2),  # the latter is too late: dropped
+        _event("k3", 0, 50),  # watermark 45 s: window 3 is final
+    ])
+    _run(spark, cfg)
+    assert _parquet(spark, cfg.output) == [
+        (w0, "k1", 3, 6.0, 1.0, 3.0), (w0, "k2", 1, 10.0, 10.0, 10.0),
+        (w1, "k1", 1, 5.0, 5.0, 5.0),
+        (w3, "k1", 1, 100.0, 100.0, 100.0), (w3, "k2", 1, 7.0, 7.0, 7.0)]
+    updates = _results(spark, stan_server, results)
+    assert len(updates) == 4 + 2  # window 3 of k2 and window 5 of k3, each published once
+    assert {(u["key"], u["count"]) for u in updates[4:]} == {("k2", 1), ("k3", 1)}

@@ -1,0 +1,463 @@
+"""`tidings pipeline`: windowed aggregates of JSON events from streaming channels.
+
+    events (channels) --> parse JSON --> watermark --> per key and event-time window:
+                                                      count, sum, avg, min, max of `value`
+        --> Parquet files (final windows, once the watermark has passed them; exactly once)
+        --> results channel (every update of a window as JSON; at least once)
+
+An event is a JSON object such as `{"key": "sensor-7", "value": 21.5, "ts": "2026-01-02T03:04:05Z"}`
+(`ts` may also be epoch milliseconds; without it the time the server stored the message is
+used). Field names are options. Lines that are not such objects are skipped.
+
+Two streaming queries share the event definition, each with its own checkpoint under
+`--checkpoint` (`parquet/`, `publish/`): stop the pipeline at any point and start it again with
+the same directories, and both resume at the offsets of their last completed micro-batch.
+
+Runs on local Spark (`--master local[2]`, the default) or on a cluster (`--master
+spark://host:7077`, `yarn`, ...; the executors need tidings installed, see docs/spark.md). Also
+submit-able: `spark-submit path/to/tidings/spark/pipeline.py --channels events ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_URL = "nats://127.0.0.1:4222"
+
+
+@dataclass
+class PipelineConfig:
+    url: str = DEFAULT_URL
+    channels: tuple[str, ...] = ("events",)
+    output: str = "pipeline-out/results"
+    checkpoint: str = "pipeline-out/checkpoint"
+    results_channel: str | None = "results"
+    results_target: str = "streaming"  # or "core": publish to a core NATS subject instead
+    key_field: str = "key"
+    value_field: str = "value"
+    time_field: str = "ts"
+    window: str = "10 seconds"
+    slide: str | None = None
+    watermark: str = "30 seconds"
+    trigger: str = "5 seconds"  # a processing-time interval, or "availableNow"
+    max_messages_per_trigger: int | None = None
+    source_options: dict[str, str] = field(default_factory=dict)  # clusterId, user, tls...
+
+    def nats_options(self) -> dict[str, str]:
+        return {"url": self.url, **self.source_options}
+
+
+def events(spark: Any, cfg: PipelineConfig) -> Any:
+    """The parsed events of the channels: (key, value, event_time, channel, sequence)."""
+    from pyspark.sql import functions as F
+
+    reader = spark.readStream.format("nats").option("channels", ",".join(cfg.channels))
+    for key, value in cfg.nats_options().items():
+        reader = reader.option(key, value)
+    if cfg.max_messages_per_trigger:
+        reader = reader.option("maxMessagesPerTrigger", cfg.max_messages_per_trigger)
+    raw = reader.load()
+    schema = (f"`{cfg.key_field}` string, `{cfg.value_field}` double, "
+              f"`{cfg.time_field}` string")
+    parsed = raw.select(
+        "channel", "sequence", "timestamp",
+        F.from_json(F.col("data").cast("string"), schema).alias("e"))
+    ts = F.col(f"e.`{cfg.time_field}`")
+    event_time = F.coalesce(
+        F.when(ts.rlike(r"^-?\d+$"), F.timestamp_millis(ts.cast("long"))),
+        F.try_to_timestamp(ts),
+        F.col("timestamp"),
+    )
+    return (parsed
+            .where(F.col(f"e.`{cfg.key_field}`").isNotNull())
+            .select(F.col(f"e.`{cfg.key_field}`").alias("key"),
+                    F.col(f"e.`{cfg.value_field}`").alias("value"),
+                    event_time.alias("event_time"), "channel", "sequence"))
+
+
+def aggregates(ev: Any, cfg: PipelineConfig) -> Any:
+    """Per key and window: count, sum, avg, min, max (windows close with the watermark)."""
+    from pyspark.sql import functions as F
+
+    win = (F.window("event_time", cfg.window, cfg.slide) if cfg.slide
+           else F.window("event_time", cfg.window))
+    return (ev.withWatermark("event_time", cfg.watermark)
+            .groupBy(win.alias("window"), "key")
+            .agg(F.count("*").alias("count"), F.sum("value").alias("sum"),
+                 F.avg("value").alias("avg"), F.min("value").alias("min"),
+                 F.max("value").alias("max"))
+            .select(F.col("window.start").alias("window_start"),
+                    F.col("window.end").alias("window_end"),
+                    "key", "count", "sum", "avg", "min", "max"))
+
+
+def _trigger(writer: Any, cfg: PipelineConfig) -> Any:
+    if cfg.trigger.replace("_", "").lower() == "availablenow":
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=cfg.trigger)
+
+
+def start(spark: Any, cfg: PipelineConfig) -> list[Any]:
+    """Start the Parquet query (and the publishing query); returns the StreamingQuery list."""
+    from pyspark.sql import functions as F
+
+    import tidings.spark
+
+    tidings.spark.register(spark)
+    ckpt = cfg.checkpoint.rstrip("/")
+    queries = []
+    to_parquet = (aggregates(events(spark, cfg), cfg).writeStream
+                  .queryName("tidings_pipeline_parquet")
+                  .format("parquet").outputMode("append")
+                  .option("path", cfg.output)
+                  .option("checkpointLocation", f"{ckpt}/parquet"))
+    queries.append(_trigger(to_parquet, cfg).start())
+    if cfg.results_channel:
+        agg = aggregates(events(spark, cfg), cfg)
+        payload = F.to_json(F.struct(
+            F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("window_start"),
+            F.date_format("window_end", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("window_end"),
+            "key", "count", "sum", "avg", "min", "max"))
+        options = {**cfg.nats_options(), "target": cfg.results_target}
+
+        def publish_batch(batch: Any, batch_id: int) -> None:
+            # Update mode is not open to Python streaming sinks, so each micro-batch's
+            # changed windows go out through the batch writer (PubAck'ed before it returns).
+            (batch.select(F.lit(cfg.results_channel).alias("subject"), payload.alias("data"))
+             .write.format("nats").mode("append").options(**options).save())
+
+        publish = (agg.writeStream.queryName("tidings_pipeline_publish")
+                   .outputMode("update").foreachBatch(publish_batch)
+                   .option("checkpointLocation", f"{ckpt}/publish"))
+        queries.append(_trigger(publish, cfg).start())
+    return queries
+
+
+# -- running it -------------------------------------------------------------------------
+
+
+def spark_session(master: str, app_name: str = "tidings-pipeline",
+                  conf: dict[str, str] | None = None) -> Any:
+    """A SparkSession for the pipeline; local masters bind to the loopback interface."""
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    settings = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false"}
+    if master.startswith("local"):
+        settings.update({"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false"})
+    settings.update(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+def describe(progress: dict[str, Any] | None) -> str:
+    if not progress:
+        return "starting"
+    rows = progress.get("numInputRows", 0)
+    rate = progress.get("processedRowsPerSecond") or 0.0
+    wm = (progress.get("eventTime") or {}).get("watermark", "-")
+    state = sum(op.get("numRowsTotal", 0) for op in progress.get("stateOperators") or [])
+    sink = (progress.get("sink") or {}).get("numOutputRows", -1)
+    out = f", {sink} out" if sink >= 0 else ""
+    return (f"batch {progress.get('batchId')}: {rows} events in{out}, "
+            f"{rate:,.0f} rows/s, watermark {wm}, {state} windows in state")
+
+
+def watch(queries: list[Any], until: Callable[[], bool], every: float = 5.0,
+          echo: Callable[[str], None] = print) -> None:
+    """Print each query's progress every `every` seconds until `until()` or all stop."""
+    last: dict[str, Any] = {}
+    while not until() and any(q.isActive for q in queries):
+        for q in queries:
+            p = q.lastProgress
+            if p and last.get(q.name) != p.get("batchId"):
+                last[q.name] = p.get("batchId")
+                echo(f"[{q.name}] {describe(p)}")
+        deadline = time.monotonic() + every
+        while time.monotonic() < deadline and not until() and any(q.isActive for q in queries):
+            for q in queries:
+                q.awaitTermination(0.2)
+    for q in queries:
+        if q.exception() is not None:
+            raise RuntimeError(f"query {q.name} failed: {q.exception()}")
+
+
+def _config_from_args(args: argparse.Namespace) -> PipelineConfig:
+    extra = {}
+    for item in args.option or []:
+        key, _, value = item.partition("=")
+        extra[key] = value
+    if args.cluster_id:
+        extra.setdefault("clusterId", args.cluster_id)
+    return PipelineConfig(
+        url=args.url or DEFAULT_URL,
+        channels=tuple(c.strip() for c in args.channels.split(",") if c.strip()),
+        output=args.output, checkpoint=args.checkpoint,
+        results_channel=args.results_channel or None, results_target=args.results_target,
+        key_field=args.key_field, value_field=args.value_field, time_field=args.time_field,
+        window=args.window, slide=args.slide, watermark=args.watermark, trigger=args.trigger,
+        max_messages_per_trigger=args.max_per_trigger, source_options=extra,
+    )
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The `tidings pipeline` arguments."""
+    parser.add_argument("--url", default=None,
+                        help=f"NATS server with streaming (default {DEFAULT_URL}; with --demo "
+                             "and no --url a tidings server is started)")
+    parser.add_argument("--cluster-id", default=None, help="streaming cluster id (test-cluster)")
+    parser.add_argument("--channels", default="events", help="comma-separated event channels")
+    parser.add_argument("--output", default="pipeline-out/results",
+                        help="Parquet directory of the final windows")
+    parser.add_argument("--checkpoint", default="pipeline-out/checkpoint",
+                        help="checkpoint directory (keep it to resume after a stop)")
+    parser.add_argument("--results-channel", default="results",
+                        help="where window updates are published ('' to turn off)")
+    parser.add_argument("--results-target", choices=("streaming", "core"), default="streaming")
+    parser.add_argument("--key-field", default="key")
+    parser.add_argument("--value-field", default="value")
+    parser.add_argument("--time-field", default="ts")
+    parser.add_argument("--window", default="10 seconds", help="event-time window length")
+    parser.add_argument("--slide", default=None, help="slide of sliding windows")
+    parser.add_argument("--watermark", default="30 seconds", help="allowed event lateness")
+    parser.add_argument("--trigger", default="5 seconds",
+                        help="micro-batch interval, or availableNow (process what is there, "
+                             "then stop)")
+    parser.add_argument("--max-per-trigger", type=int, default=None,
+                        help="at most this many events per micro-batch")
+    parser.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[2]"),
+                        help="Spark master (default local[2])")
+    parser.add_argument("--conf", action="append", metavar="KEY=VALUE",
+                        help="extra Spark configuration")
+    parser.add_argument("-o", "--option", action="append", metavar="KEY=VALUE",
+                        help="extra nats source/sink option (user, password, tlsCaFile, ...)")
+    parser.add_argument("--duration", type=float, default=0,
+                        help="stop after this many seconds (0: run until Ctrl-C)")
+    parser.add_argument("--progress-every", type=float, default=5.0)
+    parser.add_argument("--demo", action="store_true",
+                        help="feed generated events while the pipeline runs (starts a tidings "
+                             "server unless --url is given), stop and resume it once, and "
+                             "show the results")
+    parser.add_argument("--demo-rate", type=float, default=200.0, help="demo events per second")
+    parser.add_argument("--demo-keys", type=int, default=8)
+
+
+def run(args: argparse.Namespace) -> int:
+    """`tidings pipeline`."""
+    cfg = _config_from_args(args)
+    if args.demo:
+        return _demo(args, cfg)
+    conf = dict(item.split("=", 1) for item in args.conf or [])
+    spark = spark_session(args.master, conf=conf)
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    started = time.monotonic()
+    queries = start(spark, cfg)
+    print(f"pipeline: {', '.join(cfg.channels)} -> {cfg.output}"
+          + (f" and channel {cfg.results_channel}" if cfg.results_channel else "")
+          + f"; checkpoint {cfg.checkpoint}", flush=True)
+    try:
+        watch(queries, lambda: stop.is_set() or bool(
+            args.duration and time.monotonic() - started >= args.duration),
+            every=args.progress_every, echo=lambda s: print(s, flush=True))
+    finally:
+        for q in queries:
+            q.stop()
+        spark.stop()
+    return 0
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    def handler(signum: int, frame: Any) -> None:
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+
+
+# -- the demo ----------------------------------------------------------------------------
+
+
+class DemoFeeder(threading.Thread):
+    """Publishes generated events (some out of order, a few too late) at a steady rate."""
+
+    def __init__(self, url: str, cluster_id: str, channels: tuple[str, ...], rate: float,
+                 keys: int) -> None:
+        super().__init__(name="demo-feeder", daemon=True)
+        self.url, self.cluster_id, self.channels = url, cluster_id, channels
+        self.rate, self.keys = rate, keys
+        self.sent = 0
+        self.halt = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        import asyncio
+
+        try:
+            asyncio.run(self._feed())
+        except BaseException as exc:  # noqa: BLE001 - reported by the demo
+            self.error = exc
+
+    async def _feed(self) -> None:
+        import asyncio
+
+        from tidings.streaming import client as stan
+
+        rnd = random.Random(7)
+        sc = await stan.connect(self.cluster_id, f"demo-feeder-{os.getpid()}", url=self.url)
+        try:
+            tick = 0.1
+            per_tick = max(1, round(self.rate * tick))
+            while not self.halt.is_set():
+                began = time.monotonic()
+                now_ms = int(time.time() * 1000)
+                for _ in range(per_tick):
+                    lag = rnd.expovariate(1 / 800)  # mostly under a second or two late
+                    key = f"sensor-{rnd.randrange(self.keys)}"
+                    event = {"key": key, "value": round(rnd.gauss(20, 5), 2),
+                             "ts": now_ms - int(lag)}
+                    channel = self.channels[self.sent % len(self.channels)]
+                    await sc.publish_async(channel, json.dumps(event).encode())
+                    self.sent += 1
+                await asyncio.sleep(max(0.0, tick - (time.monotonic() - began)))
+            while sc.pub_acks_pending():
+                await asyncio.sleep(0.05)
+        finally:
+            await sc.close()
+
+
+def _start_demo_server() -> tuple[subprocess.Popen[bytes], str]:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1",
+                             "-p", str(port), "-q"])
+    return proc, f"nats://127.0.0.1:{port}"
+
+
+def _wait_streaming(url: str, cluster_id: str, timeout: float = 20.0) -> None:
+    import asyncio
+
+    from .options import ConnectionOptions
+    from .stan import StanConnection, StanError
+
+    copts = ConnectionOptions.parse({"url": url, "clusterId": cluster_id,
+                                     "requestTimeout": "1"})
+
+    async def attempt() -> bool:
+        try:
+            conn = await StanConnection(copts, "demo").connect()
+        except StanError:
+            return False
+        await conn.close()
+        return True
+
+    deadline = time.monotonic() + timeout
+    while not asyncio.run(attempt()):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no streaming server at {url}")
+        time.sleep(0.2)
+
+
+def _demo(args: argparse.Namespace, cfg: PipelineConfig) -> int:
+    server = None
+    if not args.url:
+        server, cfg.url = _start_demo_server()
+        print(f"demo: started a tidings server at {cfg.url}", flush=True)
+    cluster_id = cfg.source_options.get("clusterId", "test-cluster")
+    duration = args.duration or 40.0
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    feeder = None
+    spark = None
+    try:
+        _wait_streaming(cfg.url, cluster_id)
+        feeder = DemoFeeder(cfg.url, cluster_id, cfg.channels, args.demo_rate, args.demo_keys)
+        feeder.start()
+        print(f"demo: feeding ~{args.demo_rate:g} events/s to {', '.join(cfg.channels)}",
+              flush=True)
+        conf = dict(item.split("=", 1) for item in args.conf or [])
+        spark = spark_session(args.master, conf=conf)
+        echo = lambda s: print(f"  {s}  (fed {feeder.sent})", flush=True)  # noqa: E731
+        for phase, share in (("first run", 0.5), ("resumed from the checkpoint", 0.5)):
+            print(f"demo: {phase}", flush=True)
+            queries = start(spark, cfg)
+            deadline = time.monotonic() + duration * share
+
+            def done(deadline: float = deadline) -> bool:
+                return stop.is_set() or time.monotonic() >= deadline
+
+            try:
+                watch(queries, done, every=args.progress_every, echo=echo)
+            finally:
+                for q in queries:
+                    q.stop()
+            if stop.is_set():
+                break
+        feeder.halt.set()
+        feeder.join(30)
+        _summary(spark, cfg, feeder.sent)
+    finally:
+        if feeder is not None:
+            feeder.halt.set()
+        if spark is not None:
+            spark.stop()
+        if server is not None:
+            server.terminate()
+            server.wait(10)
+    return 0
+
+
+def _summary(spark: Any, cfg: PipelineConfig, fed: int) -> None:
+    from pyspark.sql import functions as F
+
+    print(f"demo: {fed} events fed", flush=True)
+    out = Path(cfg.output)
+    if out.exists() and any(out.glob("*.parquet")):
+        final = spark.read.parquet(str(out))
+        n = final.count()
+        print(f"demo: {n} final windows in {out} (windows still open at the end stay in the "
+              "checkpointed state until the watermark passes them)", flush=True)
+        for r in (final.orderBy(F.col("window_start").desc(), "key").limit(8).collect()):
+            print(f"  {r.window_start:%H:%M:%S}-{r.window_end:%H:%M:%S} {r.key:<10} "
+                  f"count={r['count']:<5} avg={r.avg:7.2f} min={r.min:6.2f} max={r.max:6.2f}",
+                  flush=True)
+    else:
+        print(f"demo: no window closed yet in {out}; run longer than window + watermark",
+              flush=True)
+    if cfg.results_channel and cfg.results_target == "streaming":
+        results = (spark.read.format("nats").option("channels", cfg.results_channel)
+                   .options(**cfg.nats_options()).load())
+        print(f"demo: {results.count()} window updates published on channel "
+              f"{cfg.results_channel}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tidings pipeline", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
