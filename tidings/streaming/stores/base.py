@@ -335,6 +335,15 @@ class Store(ABC):
     def ack(self, channel: str, sub_id: int, seq: int) -> bool:
         """Record an acknowledgement; False if ``seq`` was not pending."""
 
+    def add_pending_many(self, channel: str, sub_id: int, seqs: Iterable[int]) -> None:
+        """:meth:`add_pending` for several sequences, in order."""
+        for seq in seqs:
+            self.add_pending(channel, sub_id, seq)
+
+    def ack_many(self, channel: str, sub_id: int, seqs: Iterable[int]) -> int:
+        """:meth:`ack` for several sequences; how many were pending."""
+        return sum(1 for seq in seqs if self.ack(channel, sub_id, seq))
+
     @abstractmethod
     def sub(self, channel: str, sub_id: int) -> SubRecord | None:
         """A copy of one subscription's state."""

@@ -139,6 +139,14 @@ class CoreStore(Store):
     def _on_acked(self, ch: Channel, sub: SubRecord, seq: int) -> None:
         pass
 
+    def _on_sent_many(self, ch: Channel, sub: SubRecord, seqs: list[int]) -> None:
+        for seq in seqs:
+            self._on_sent(ch, sub, seq)
+
+    def _on_acked_many(self, ch: Channel, sub: SubRecord, seqs: list[int]) -> None:
+        for seq in seqs:
+            self._on_acked(ch, sub, seq)
+
     def _flush_locked(self) -> None:
         pass
 
@@ -446,6 +454,30 @@ class CoreStore(Store):
             sub.pending.discard(seq)
             self._on_acked(ch, sub, seq)
             return True
+
+    def add_pending_many(self, channel: str, sub_id: int, seqs: Iterable[int]) -> None:
+        with self._lock:
+            ch, sub = self._sub_of(channel, sub_id)
+            seqs = list(seqs)
+            if not seqs:
+                return
+            sub.pending.update(seqs)
+            top = max(seqs)
+            if top > sub.last_sent:
+                sub.last_sent = top
+            self._on_sent_many(ch, sub, seqs)
+
+    def ack_many(self, channel: str, sub_id: int, seqs: Iterable[int]) -> int:
+        n = 0
+        with self._lock:
+            ch, sub = self._sub_of(channel, sub_id)
+            pending = sub.pending
+            done = [seq for seq in seqs if seq in pending]
+            if done:
+                pending.difference_update(done)
+                self._on_acked_many(ch, sub, done)
+                n = len(done)
+        return n
 
     def sub(self, channel: str, sub_id: int) -> SubRecord | None:
         with self._lock:

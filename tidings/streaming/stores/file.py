@@ -311,6 +311,16 @@ class FileStore(CoreStore):
         ch.backend.log.append(REC_ACK, SEQ_REC.pack(sub.id, seq))  # type: ignore[attr-defined]
         self._dirty_subs.add(ch)
 
+    def _on_sent_many(self, ch: Channel, sub: SubRecord, seqs: list[int]) -> None:
+        pack, sid = SEQ_REC.pack, sub.id
+        ch.backend.log.append_many(REC_SENT, [pack(sid, s) for s in seqs])  # type: ignore[attr-defined]
+        self._dirty_subs.add(ch)
+
+    def _on_acked_many(self, ch: Channel, sub: SubRecord, seqs: list[int]) -> None:
+        pack, sid = SEQ_REC.pack, sub.id
+        ch.backend.log.append_many(REC_ACK, [pack(sid, s) for s in seqs])  # type: ignore[attr-defined]
+        self._dirty_subs.add(ch)
+
     # --- durability -----------------------------------------------------------------
 
     def _retire(self, fd: int) -> None:

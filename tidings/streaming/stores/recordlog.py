@@ -122,6 +122,13 @@ class RecordLog:
         self.buf.append(HEADER.pack(rtype << 24 | len(payload), crc32(payload)) + payload)
         self.records += 1
 
+    def append_many(self, rtype: int, payloads: list[bytes]) -> None:
+        """:meth:`append` of several small records of one type."""
+        pack = HEADER.pack
+        word = rtype << 24
+        self.buf.extend(pack(word | len(p), crc32(p)) + p for p in payloads)
+        self.records += len(payloads)
+
     def flush(self) -> bool:
         """Write buffered records; True if anything was written."""
         if not self.buf:

@@ -308,6 +308,9 @@ class FileMsgLog(MsgLog):
 
     def append(self, recs: list[MsgRecord]) -> None:
         seg = self.segs[-1] if self.segs else None
+        if seg is not None and seg.count and self._fits(seg, recs):
+            self._append_fast(seg, recs)
+            return
         wbuf = self.wbuf
         ibuf = self.ibuf
         ring = self._ring
@@ -334,6 +337,66 @@ class FileMsgLog(MsgLog):
             self.wbuf_bytes += size
             ix.append(ts, len(data), off)
             ring[seq & mask] = r
+        last = recs[-1]
+        self.last_seq = last.seq
+        self.last_ts = last.timestamp
+        self._dirty.add(self)
+        if self.wbuf_bytes >= _FLUSH_AT:
+            self._flush_buffers()
+
+    def _fits(self, seg: Segment, recs: list[MsgRecord]) -> bool:
+        """Whether every record of the batch goes into ``seg`` (no rotation on the way)."""
+        n = len(recs)
+        if recs[0].seq != seg.first_seq + seg.count:
+            return False
+        if self.segment_msgs and seg.count + n - 1 >= self.segment_msgs:
+            return False
+        if self.segment_age_ns and recs[-1].timestamp - seg.first_ts >= self.segment_age_ns:
+            return False
+        # an upper bound of the bytes written before the last record (4 bytes per character
+        # of a reply subject at most)
+        size = 0
+        for r in recs:
+            size += len(r.data) + 4 * len(r.reply)
+        return seg.end + size + n * OVERHEAD < self.segment_bytes
+
+    def _append_fast(self, seg: Segment, recs: list[MsgRecord]) -> None:
+        """:meth:`append` of a batch that stays in the current segment (the common case)."""
+        wbuf = self.wbuf
+        ibuf = self.ibuf
+        ring = self._ring
+        mask = self._mask
+        bpack = BODY.pack
+        ppack = PREFIX.pack
+        ipack = IDX28.pack
+        upack = U32.pack
+        start = off = seg.end
+        tss: list[int] = []
+        sizes: list[int] = []
+        offs: list[int] = []
+        for r in recs:
+            seq = r.seq
+            ts = r.timestamp
+            data = r.data
+            reply = r.reply
+            if reply:
+                rb = reply.encode()
+                body = bpack(seq, ts, len(rb)) + rb + data
+            else:
+                body = bpack(seq, ts, 0) + data
+            wbuf.append(ppack(len(body), crc32(body)))
+            wbuf.append(body)
+            head = ipack(seq, off, ts, len(data))
+            ibuf.append(head + upack(crc32(head)))
+            tss.append(ts)
+            sizes.append(len(data))
+            offs.append(off)
+            off += 8 + len(body)
+            ring[seq & mask] = r
+        seg.end = off
+        seg.count += len(recs)
+        self.wbuf_bytes += off - start
+        self.ix.extend(tss, sizes, offs)
         last = recs[-1]
         self.last_seq = last.seq
         self.last_ts = last.timestamp

@@ -47,6 +47,13 @@ class SeqIndex:
         self.offs.append(off)
         self.nbytes += size
 
+    def extend(self, tss: list[int], sizes: list[int], offs: list[int]) -> None:
+        """:meth:`append` of several entries."""
+        self.ts.extend(tss)
+        self.sizes.extend(sizes)
+        self.offs.extend(offs)
+        self.nbytes += sum(sizes)
+
     def pos(self, seq: int) -> int:
         return self.head + seq - self.first
 
