@@ -115,6 +115,11 @@ class StreamingServer:
         self._sync_idle: asyncio.Event | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._kick: dict[object, Channel] = {}
+        # "sent" and "acked" events of subscriptions, written to the store once per loop turn
+        self._sent_batch: dict[Sub, list[int]] = {}
+        self._ack_batch: dict[Sub, list[int]] = {}
+        self._events_scheduled = False
+        self._scratch = pb.MsgProto()
         self._kick_scheduled = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._recovered: list[Sub] = []
@@ -179,6 +184,7 @@ class StreamingServer:
             task.cancel()
         if self._pub_queue:
             self._process_pubs()
+        self._flush_sub_events()
         if self._sync_idle is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._sync_idle.wait(), 30)
@@ -363,6 +369,7 @@ class StreamingServer:
         if ch in self._unsynced or any(name == ch.name for name, *_ in self._pub_queue):
             ch.delete_timer = self.loop.call_later(0.1, self._check_delete, ch)
             return
+        self._flush_sub_events()
         for sub in ch.all_subs():
             self._drop_sub_state(sub)
         ch.deleted = True
@@ -667,6 +674,8 @@ class StreamingServer:
         self._sync_scheduled = False
         if self._sync_inflight or self._executor is None:
             return
+        if self._sent_batch or self._ack_batch:
+            self._flush_sub_events()
         if not (self._acks_waiting or self._unsynced or self._dirty):
             return
         acks, self._acks_waiting = self._acks_waiting, []
@@ -795,21 +804,25 @@ class StreamingServer:
             sub.stalled = True
             return False, False
         seq = m.seq
+        p = self._scratch
+        p.sequence = seq
+        p.subject = m.subject
+        p.reply = m.reply
+        p.data = m.data
+        p.timestamp = m.timestamp
         if redelivered:
             counts = sub.qstate.rdlv if sub.qstate is not None else sub.rdlv
             count = counts.get(seq, 0) + 1
             if count > 0xFFFFFFFF:
                 count = 1
             counts[seq] = count
-            payload = pb.MsgProto(
-                sequence=seq, subject=m.subject, reply=m.reply, data=m.data,
-                timestamp=m.timestamp, redelivered=True, redeliveryCount=count,
-            ).SerializeToString()
+            p.redelivered = True
+            p.redeliveryCount = count
+            payload = p.SerializeToString()
+            p.redelivered = False
+            p.redeliveryCount = 0
         else:
-            payload = pb.MsgProto(
-                sequence=seq, subject=m.subject, reply=m.reply, data=m.data,
-                timestamp=m.timestamp,
-            ).SerializeToString()
+            payload = p.SerializeToString()
         self.conn.publish(sub.inbox, payload)
         self.out_msgs += 1
         self.out_bytes += len(payload)
@@ -820,16 +833,13 @@ class StreamingServer:
             del pending[seq]  # re-insert: the dict stays (mostly) in expiry order
             pending[seq] = expire
             return True, True
-        try:
-            self.store.add_pending(sub.channel.name, sub.id, seq)
-        except StoreError as exc:
-            log.error("[Client:%s] unable to add pending seq %d to subid=%d: %s",
-                      sub.client_id, seq, sub.id, exc)
-            return False, False
-        if self._threaded_sync:
-            self._dirty = True
-            if not self._sync_scheduled and not self._sync_inflight:
-                self._request_sync()
+        batch = self._sent_batch.get(sub)
+        if batch is None:
+            self._sent_batch[sub] = [seq]
+            if not self._events_scheduled:
+                self._schedule_events()
+        else:
+            batch.append(seq)
         if seq > sub.last_sent:
             sub.last_sent = seq
         pending[seq] = expire
@@ -837,6 +847,33 @@ class StreamingServer:
             sub.stalled = True
             return True, False
         return True, True
+
+    def _schedule_events(self) -> None:
+        self._events_scheduled = True
+        self.loop.call_soon(self._flush_sub_events)
+
+    def _flush_sub_events(self) -> None:
+        """Write the sent and acked events collected in this loop turn to the store."""
+        self._events_scheduled = False
+        if not self._sent_batch and not self._ack_batch:
+            return
+        store = self.store
+        sent, self._sent_batch = self._sent_batch, {}
+        acks, self._ack_batch = self._ack_batch, {}
+        for sub, seqs in sent.items():
+            try:
+                store.add_pending_many(sub.channel.name, sub.id, seqs)
+            except StoreError as exc:
+                log.error("recording messages sent to subid=%d: %s", sub.id, exc)
+        for sub, seqs in acks.items():
+            try:
+                store.ack_many(sub.channel.name, sub.id, seqs)
+            except StoreError as exc:
+                log.error("recording acks of subid=%d: %s", sub.id, exc)
+        if self._threaded_sync:
+            self._dirty = True
+            if not self._sync_scheduled and not self._sync_inflight:
+                self._request_sync()
 
     # ----------------------------------------------------------------------------------
     # acks and redelivery
@@ -883,15 +920,13 @@ class StreamingServer:
                     self.loop.call_soon(self._run_kicks)
 
     def _store_ack(self, ch: Channel, sub: Sub, seq: int) -> bool:
-        try:
-            self.store.ack(ch.name, sub.id, seq)
-        except StoreError as exc:
-            log.error("unable to persist ack of seq %d for subid=%d: %s", seq, sub.id, exc)
-            return False
-        if self._threaded_sync:
-            self._dirty = True
-            if not self._sync_scheduled and not self._sync_inflight:
-                self._request_sync()
+        batch = self._ack_batch.get(sub)
+        if batch is None:
+            self._ack_batch[sub] = [seq]
+            if not self._events_scheduled:
+                self._schedule_events()
+        else:
+            batch.append(seq)
         return True
 
     def _run_kicks(self) -> None:
@@ -1048,6 +1083,7 @@ class StreamingServer:
             self._send_available(ch, sub)
 
     def _process_sub(self, ch: Channel, client: Client, sr: pb.SubscriptionRequest) -> Sub:
+        self._flush_sub_events()
         sub: Sub | None = None
         is_durable = False
         set_start = True
@@ -1217,6 +1253,7 @@ class StreamingServer:
 
     def _remove_sub(self, ch: Channel, sub: Sub, unsubscribe: bool) -> None:
         """Remove a subscription; durables stay (offline) unless ``unsubscribe``."""
+        self._flush_sub_events()
         client_id = sub.client_id
         plain_durable = sub.is_plain_durable
         key = (client_id, sub.durable_name)
