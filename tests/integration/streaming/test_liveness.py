@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tidings.streaming.client import StanError
 
 from .conftest import Inbox, wait_for
@@ -67,8 +69,9 @@ async def test_client_ping_max_out_when_server_unreachable(stan, proxy_factory):
     proxy.thaw()
 
 
-async def test_clients_survive_streaming_server_restart_on_file_store(stan, tmp_path):
-    env = await stan(store="file", dir=str(tmp_path / "data"))
+@pytest.mark.parametrize("store", ["file", "sql"])
+async def test_clients_survive_a_streaming_server_restart(stan, tmp_path, store):
+    env = await stan(store=store, dir=str(tmp_path / "data"))
     sc = await env.connect("survivor")
     ib = Inbox()
     await sc.subscribe("surv", cb=ib, durable_name="d", manual_acks=True, ack_wait=1)

@@ -35,6 +35,7 @@ async def test_connect_response_subjects_and_ping_settings(stan):
     assert (resp.pingInterval, resp.pingMaxOut) == (5, 3)
     old = await raw_connect(env, "raw0", protocol=0, conn_id=b"cid-0")
     assert old.error == "" and old.pingRequests == "" and old.pingInterval == 0
+    assert old.protocol == 0 and old.pubPrefix == resp.pubPrefix
 
 
 async def test_connect_errors(stan):

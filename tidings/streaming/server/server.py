@@ -125,7 +125,7 @@ class StreamingServer:
         self._recovered: list[Sub] = []
         self._expire_timer: asyncio.TimerHandle | None = None
         self._closing = False
-        self._hb_ok: dict[str, bool] = {}
+        self._internal_subs: list[Any] = []
 
     # ----------------------------------------------------------------------------------
     # lifecycle
@@ -141,15 +141,17 @@ class StreamingServer:
         self._recover()
         await self._ensure_standalone()
         info = self.info
-        sub = self.conn.subscribe
-        await sub(info["discovery"], self._on_connect)
-        await sub(f"{info['publish']}.>", self._on_pub)
-        await sub(info["subscribe"], self._on_sub_request)
-        await sub(info["unsubscribe"], self._on_unsub_request)
-        await sub(info["sub_close"], self._on_sub_close_request)
-        await sub(info["close"], self._on_close_request)
-        await sub(f"{info['discovery']}.pings", self._on_client_ping)
-        await sub(f"{info['acks']}.>", self._on_ack)
+        for subject, handler in (
+            (info["discovery"], self._on_connect),
+            (f"{info['publish']}.>", self._on_pub),
+            (info["subscribe"], self._on_sub_request),
+            (info["unsubscribe"], self._on_unsub_request),
+            (info["sub_close"], self._on_sub_close_request),
+            (info["close"], self._on_close_request),
+            (f"{info['discovery']}.pings", self._on_client_ping),
+            (f"{info['acks']}.>", self._on_ack),
+        ):
+            self._internal_subs.append(await self.conn.subscribe(subject, handler))
         await self.conn.flush()
         for client in self.clients.values():
             self._arm_hb(client)
@@ -168,6 +170,10 @@ class StreamingServer:
             return
         self._closing = True
         self.state = "SHUTDOWN"
+        for isub in self._internal_subs:
+            with contextlib.suppress(Exception):
+                await isub.unsubscribe()
+        self._internal_subs = []
         for client in self.clients.values():
             if client.hb_timer is not None:
                 client.hb_timer.cancel()
@@ -458,9 +464,9 @@ class StreamingServer:
             unsubRequests=info["unsubscribe"],
             subCloseRequests=info["sub_close"],
             closeRequests=info["close"],
-            protocol=PROTOCOL_ONE,
         )
         if req.protocol >= PROTOCOL_ONE:
+            resp.protocol = PROTOCOL_ONE
             resp.pingRequests = f"{info['discovery']}.pings"
             resp.pingInterval = req.pingInterval
             resp.pingMaxOut = req.pingMaxOut
@@ -1187,7 +1193,6 @@ class StreamingServer:
     def _start_sequence(self, ch: Channel, sr: pb.SubscriptionRequest) -> int:
         """The subscription's initial last_sent for its start position."""
         first, last = self.store.first_last(ch.name)
-        last = min(last, ch.deliverable)
         pos = sr.startPosition
         if pos == pb.NewOnly:
             return last
