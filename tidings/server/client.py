@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +95,10 @@ def decode_connect(arg: bytes) -> dict[str, Any]:
     return opts
 
 
+# The first server PING after CONNECT, and how often the round trip is measured again.
+FIRST_PING_INTERVAL = 2.0
+RTT_INTERVAL = 3600.0
+
 # Payloads from this size on are written as their own buffer instead of being copied into
 # each receiver's frame.
 BIG_PAYLOAD = 32 * 1024
@@ -132,6 +137,7 @@ class ClientConnection(asyncio.Protocol):
         "verbose", "pedantic", "echo", "headers", "no_responders", "protocol",
         "name", "lang", "version", "connected", "closed", "first_pong_sent",
         "pings_out", "last_in", "ping_timer", "auth_timer", "stalled_since", "drain_mark",
+        "rtt_start",
         "in_msgs", "in_bytes", "out_msgs", "out_bytes", "started",
         "congested", "stalled_producers", "stall_timer", "out_vectored",
     )
@@ -166,6 +172,7 @@ class ClientConnection(asyncio.Protocol):
         self.pings_out = 0
         self.last_in = 0.0
         self.ping_timer: asyncio.TimerHandle | None = None
+        self.rtt_start = 0.0  # when we last sent a PING; 0 until the first one
         self.auth_timer: asyncio.TimerHandle | None = None
         self.stalled_since = 0.0
         self.drain_mark = 0
@@ -291,11 +298,16 @@ class ClientConnection(asyncio.Protocol):
         if self.closed:
             return
         opts = self.server.options
-        if time.monotonic() - self.last_in >= opts.ping_interval or not self.first_pong_sent:
+        now = time.monotonic()
+        # As the reference: ping when the client has been quiet for a whole interval, or to
+        # measure the round trip (never measured since CONNECT, or an hour ago).
+        need_rtt = not self.rtt_start or now - self.rtt_start > RTT_INTERVAL
+        if now - self.last_in >= opts.ping_interval or need_rtt:
             if self.pings_out + 1 > opts.ping_max:
                 self.close_with_error(STALE_CONNECTION, "stale connection")
                 return
             self.pings_out += 1
+            self.rtt_start = now
             self.queue(PING)
             self.server.flush()
         self.ping_timer = self.server.loop.call_later(opts.ping_interval, self._ping_tick)
@@ -322,6 +334,14 @@ class ClientConnection(asyncio.Protocol):
             raise ProtocolError(AUTHORIZATION_VIOLATION, "account in CONNECT")
         self.parser.awaiting_connect = False
         self.connected = True
+        # The reference restarts its ping timer on CONNECT with a short first interval (2s,
+        # plus up to 20%), so a new client gets its first PING early.
+        if self.ping_timer is not None:
+            self.ping_timer.cancel()
+            first = min(server.options.ping_interval, FIRST_PING_INTERVAL)
+            self.ping_timer = server.loop.call_later(
+                first * (1 + random.random() / 5), self._ping_tick
+            )
         self.verbose = opts.get("verbose", self.verbose)
         self.pedantic = self.parser.pedantic = opts.get("pedantic", self.pedantic)
         self.echo = opts.get("echo", self.echo)
