@@ -137,6 +137,17 @@ def test_server_pings_and_client_pongs(start: Callable[..., RunningServer]) -> N
         assert not conn.is_closed()
 
 
+def test_first_ping_soon_after_connect(port: int) -> None:
+    """With the default two-minute interval the server still pings a new client early (the
+    reference measures the round trip about 2s after CONNECT), whatever the client sent."""
+    with RawConn(port) as conn:
+        conn.send(b'CONNECT {"verbose":false}\r\nPING\r\n')
+        conn.expect(b"PONG\r\n")
+        conn.expect(b"PING\r\n", timeout=10)
+        conn.send(b"PONG\r\n")
+        assert not conn.is_closed()
+
+
 def test_stale_connection(start: Callable[..., RunningServer]) -> None:
     server = start(ping_interval=0.2, ping_max=2)
     with connected(server.port) as conn:
