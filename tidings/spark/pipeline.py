@@ -164,7 +164,7 @@ def spark_session(master: str, app_name: str = "tidings-pipeline",
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
+    session.sparkContext.setLogLevel("ERROR")
     return session
 
 
@@ -198,6 +198,16 @@ def watch(queries: list[Any], until: Callable[[], bool], every: float = 5.0,
     for q in queries:
         if q.exception() is not None:
             raise RuntimeError(f"query {q.name} failed: {q.exception()}")
+
+
+def stop_gracefully(queries: list[Any], timeout: float = 60.0) -> None:
+    """Stop each query between two micro-batches (a batch interrupted midway is only
+    replayed on restart, but Spark logs the interruption as errors)."""
+    for q in queries:
+        deadline = time.monotonic() + timeout
+        while q.isActive and q.status.get("isTriggerActive") and time.monotonic() < deadline:
+            q.awaitTermination(0.05)
+        q.stop()
 
 
 def _config_from_args(args: argparse.Namespace) -> PipelineConfig:
@@ -279,8 +289,7 @@ def run(args: argparse.Namespace) -> int:
             args.duration and time.monotonic() - started >= args.duration),
             every=args.progress_every, echo=lambda s: print(s, flush=True))
     finally:
-        for q in queries:
-            q.stop()
+        stop_gracefully(queries)
         spark.stop()
     return 0
 
@@ -410,8 +419,7 @@ def _demo(args: argparse.Namespace, cfg: PipelineConfig) -> int:
             try:
                 watch(queries, done, every=args.progress_every, echo=echo)
             finally:
-                for q in queries:
-                    q.stop()
+                stop_gracefully(queries)
             if stop.is_set():
                 break
         feeder.halt.set()
