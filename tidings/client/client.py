@@ -11,12 +11,9 @@ reconnect; beyond that `publish` raises `OutboundBufferLimitError`.
 from __future__ import annotations
 
 import asyncio
-import inspect
-import logging
 import re
 import ssl
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import ParseResult, unquote
@@ -27,6 +24,7 @@ from ..protocol.subjects import is_valid_subject
 from . import errors
 from .auth import Credentials, JWTCallback, SignatureCallback
 from .connection import CRLF, LARGE_PAYLOAD, Connection, WriteBuffer
+from .events import EventCallback, EventDispatcher
 from .msg import Msg
 from .nuid import NUID
 from .pool import Server, ServerPool, default_reconnect_delay
@@ -38,8 +36,6 @@ from .subscription import (
     Subscription,
 )
 from .transport import TLS_SCHEMES, WS_SCHEMES, default_tls_context, open_tcp, open_websocket
-
-log = logging.getLogger("tidings.client")
 
 __version__ = "0.1.0"
 
@@ -62,7 +58,6 @@ _SIZE_LINES = [b"%d\r\n" % i for i in range(LARGE_PAYLOAD)]
 
 Callback = Callable[[], Awaitable[None] | None]
 ErrorCallback = Callable[[Exception], Awaitable[None] | None]
-EventCallback = Callable[[str, Any], Awaitable[None] | None]
 
 
 def _expire(fut: asyncio.Future[Any]) -> None:
@@ -95,9 +90,7 @@ class Client:
         self._resp_seq = 0
         self._pending_flushes: list[asyncio.Future[None]] = []
         self._reconnect_task: asyncio.Task[None] | None = None
-        self._events: deque[tuple[str, Any]] = deque()
-        self._event_wake: asyncio.Future[None] | None = None
-        self._event_task: asyncio.Task[None] | None = None
+        self._events: EventDispatcher | None = None
         self._closed_fut: asyncio.Future[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._handshaking: Connection | None = None
@@ -199,7 +192,7 @@ class Client:
             nkeys_seed_str=nkeys_seed_str, user_credentials=user_credentials,
             signature_cb=signature_cb, user_jwt_cb=user_jwt_cb,
         )
-        self._callbacks: dict[str, Callable[..., Any] | None] = {
+        callbacks: dict[str, Callable[..., Any] | None] = {
             "error": error_cb,
             "disconnected": disconnected_cb,
             "closed": closed_cb,
@@ -207,11 +200,10 @@ class Client:
             "reconnected": reconnected_cb,
             "lame_duck": lame_duck_mode_cb,
         }
-        self._event_cb = event_cb
         self._inbox_prefix = inbox_prefix.encode()
         self._set_status(CONNECTING)
         self._closed_fut = self._loop.create_future()
-        self._event_task = self._loop.create_task(self._run_events())
+        self._events = EventDispatcher(callbacks, event_cb)
 
         last: BaseException | None = None
         for srv in self._pool.servers:
@@ -838,56 +830,12 @@ class Client:
 
     # -- events ------------------------------------------------------------------
     def _emit(self, kind: str, arg: Any) -> None:
-        if self._event_task is None or self._event_task.done():
-            return
-        self._events.append((kind, arg))
-        wake = self._event_wake
-        if wake is not None and not wake.done():
-            wake.set_result(None)
-
-    async def _run_events(self) -> None:
-        while True:
-            while self._events:
-                kind, arg = self._events.popleft()
-                await self._dispatch_event(kind, arg)
-                if kind == "closed":
-                    return
-            self._event_wake = self._loop.create_future()
-            await self._event_wake
-
-    async def _dispatch_event(self, kind: str, arg: Any) -> None:
-        cbs = self._callbacks
-        try:
-            if self._event_cb is not None:
-                await _call(self._event_cb, kind, arg)
-            if kind in ("error", "slow_consumer"):
-                cb = cbs.get("error")
-                if cb is None:
-                    log.error("nats: encountered error: %s", arg)
-                else:
-                    await _call(cb, arg)
-            else:
-                cb = cbs.get(kind)
-                if cb is not None:
-                    await _call(cb)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("nats: %s callback failed", kind)
+        if self._events is not None:
+            self._events.emit(kind, arg)
 
     async def _stop_events(self) -> None:
-        task = self._event_task
-        if task is None or task.done():
-            return
-        if task is asyncio.current_task():
-            return
-        if not any(kind == "closed" for kind, _ in self._events):
-            task.cancel()
-        try:
-            await asyncio.wait([task], timeout=5.0)
-        finally:
-            if not task.done():
-                task.cancel()
+        if self._events is not None:
+            await self._events.stop()
 
     # -- properties --------------------------------------------------------------
     @property
@@ -957,12 +905,6 @@ class Client:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
-
-
-async def _call(cb: Callable[..., Any], *args: Any) -> None:
-    res = cb(*args)
-    if inspect.isawaitable(res):
-        await res
 
 
 async def connect(servers: str | list[str] = "nats://127.0.0.1:4222", **options: Any) -> Client:
