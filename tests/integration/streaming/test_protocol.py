@@ -215,3 +215,12 @@ async def test_limits_errors_too_many_channels_and_subscriptions(stan):
                             pb.PubMsg(clientID="subber", guid="g", subject="baz",
                                       connID=b"cid-1"), pb.PubAck)
     assert (ack.guid, ack.error) == ("g", "too many channels")
+
+
+async def test_server_takes_messages_straight_from_the_client_read_path(stan):
+    """The hot path relies on tidings.client calling ``sub._deliver`` per message; if the
+    client changes that, the server falls back to callbacks (slower) and this test says so."""
+    env = await stan()
+    subs = env.server._internal_subs
+    assert len(subs) == 8
+    assert all("_deliver" in vars(s) for s in subs), "direct delivery not in use"
