@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tidings.protocol.parser import ServerOpParser
+
 TIMEOUT = 5.0
 CONNECT_QUIET = b'CONNECT {"verbose":false,"pedantic":false,"protocol":1,"headers":true}\r\n'
 CONNECT_PLAIN = b'CONNECT {"verbose":false,"pedantic":false}\r\n'
@@ -46,6 +48,8 @@ class RawConn:
         self.timeout = timeout
         self.buf = b""
         self.eof = False
+        self._counter: _Counter | None = None
+        self._frames: ServerOpParser | None = None
         self.info: dict[str, Any] = {}
         self.info_line = b""
         if read_info:
@@ -135,15 +139,21 @@ class RawConn:
         got = self.take(len(data))
         assert got == data, f"expected {data!r}, got {got!r} (then {self.buf[:200]!r})"
 
-    def drain(self, nbytes: int, timeout: float | None = None) -> None:
-        """Receive and discard exactly `nbytes` (beyond what buf already holds)."""
+    def count_msgs(self, total: int, timeout: float | None = None) -> int:
+        """Read (and discard) until `total` MSG/HMSG frames have arrived on this connection
+        in all; server PINGs among them are answered. Returns the frames counted so far,
+        which may exceed `total` if more had already arrived."""
+        if self._counter is None:
+            self._counter = _Counter(self)
+            self._frames = ServerOpParser(self._counter)
         deadline = time.monotonic() + (timeout or self.timeout)
-        while len(self.buf) < nbytes:
-            nbytes -= len(self.buf)
-            self.buf = b""
+        while True:
+            if self.buf:
+                self._frames.feed(self.take())
+            if self._counter.msgs >= total:
+                return self._counter.msgs
             if not self._recv(deadline):
-                raise AssertionError(f"connection closed with {nbytes} bytes still to come")
-        self.buf = self.buf[nbytes:]
+                raise AssertionError(f"closed after {self._counter.msgs} of {total} messages")
 
     def read_to_eof(self, timeout: float | None = None) -> bytes:
         """Everything until the server closes the connection."""
@@ -186,6 +196,25 @@ class RawConn:
         except TimeoutError:
             pass
         return self.barrier()
+
+
+class _Counter:
+    """Counts messages for RawConn.count_msgs and answers the server's PINGs."""
+
+    def __init__(self, conn: RawConn) -> None:
+        self.conn = conn
+        self.msgs = 0
+
+    def on_msg(self, *args: object) -> None:
+        self.msgs += 1
+
+    def on_ping(self) -> None:
+        self.conn.send(b"PONG\r\n")
+
+    def on_info(self, info: object) -> None: ...
+    def on_pong(self) -> None: ...
+    def on_ok(self) -> None: ...
+    def on_err(self, message: str) -> None: ...
 
 
 @dataclass

@@ -64,6 +64,7 @@ class Ex:
     pieces: list[bytes]
     config: str = "default"
     pongs: int | None = None  # PONGs the exchange itself causes, when not countable
+    pause: float = 0.01  # between pieces; keep exchanges well under the 2s to the first PING
     # Compare the lines of the reply as a multiset: the reference delivers a message to the
     # subscriptions of one subject in a random order (they sit in a Go map).
     unordered: bool = False
@@ -376,7 +377,8 @@ EXCHANGES: list[Ex] = [
     ex("split_payload_then_bad_end", *split_at(QUIET + b"PUB foo 3\r\nabcXY\r\n", -4)),
     ex("split_control_line_over_max", QUIET, b"SUB " + b"a" * 60, b"b" * 60, b" 1\r\n",
        config="small"),
-    ex("split_one_byte_pieces", *[bytes([b]) for b in QUIET + b"SUB a 1\r\nPUB a 2\r\nhi\r\n"]),
+    ex("split_one_byte_pieces", *[bytes([b]) for b in QUIET + b"SUB a 1\r\nPUB a 2\r\nhi\r\n"],
+       pause=0.001),
     # -- no responders and echo -----------------------------------------------------------
     ex("no_responders_503", NORESP + b"SUB r.1 1\r\nPUB nobody r.1 2\r\nhi\r\n"),
     ex("no_responders_hpub", NORESP + b"SUB r.1 1\r\nHPUB nobody r.1 22 22\r\n" + HDR + b"\r\n"),
@@ -498,12 +500,13 @@ def test_table_is_well_formed() -> None:
 def test_exchange(exchange: Ex, server_pairs: ServerPair) -> None:
     """Compare the reference with tidings, both with its compiled PUB scanner and without."""
     ref = server_pairs.get("reference", exchange.config)
-    want = run_exchange(ref.port, exchange.pieces, pongs=exchange.pongs)
+    want = run_exchange(ref.port, exchange.pieces, pongs=exchange.pongs, pause=exchange.pause)
     assert not want.timed_out, f"the reference did not answer: {describe(want)}"
     problems = []
     for kind in ("tidings", "tidings-pure"):
         ours = server_pairs.get(kind, exchange.config)
-        got = run_exchange(ours.port, exchange.pieces, pongs=exchange.pongs)
+        got = run_exchange(ours.port, exchange.pieces, pongs=exchange.pongs,
+                           pause=exchange.pause)
         same = (
             comparable(got.data, exchange.unordered) == comparable(want.data, exchange.unordered)
             and got.closed == want.closed
