@@ -10,7 +10,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-$(STAMP): $(PY) pyproject.toml
+$(STAMP): $(PY) pyproject.toml setup.py tidings/protocol/_speedups.c
 	$(PY) -m pip install -q -e '.[test,sql]'
 	touch $(STAMP)
 

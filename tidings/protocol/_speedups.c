@@ -3,7 +3,7 @@
  *
  * scan_pubs() walks a run of well-formed "PUB <subject> [reply] <size>\r\n<payload>\r\n"
  * frames and stops at the first byte it is not sure about, leaving everything irregular
- * (other operations, tabs, runs of spaces, oversize or incomplete frames, errors) to the
+ * (other operations, CR inside a line, oversize or incomplete frames, errors) to the
  * pure-Python parser, which stays the reference behaviour. Messages whose subject maps to
  * `empty` in the interest cache (nobody listens) are counted and skipped without creating
  * Python objects for their payloads; every other message is appended to `out` as a
@@ -47,18 +47,23 @@ scan_pubs(PyObject *self, PyObject *args)
         if (arg_end - arg_start > max_control_line)
             break;
 
-        /* Up to three fields separated by single spaces; anything else goes the slow way. */
+        /* Up to three fields separated by runs of spaces or tabs, as the reference splits
+         * them; a CR or LF inside the line goes the slow way. */
         Py_ssize_t fs[3], fe[3];
         int nf = 0, ok = 1;
-        Py_ssize_t i = arg_start, start = arg_start;
+        Py_ssize_t i = arg_start, start = -1;
         for (; i <= arg_end; i++) {
             char c = (i < arg_end) ? buf[i] : ' ';
-            if (c == ' ') {
-                if (i == start || nf == 3) { ok = 0; break; }
-                fs[nf] = start; fe[nf] = i; nf++;
-                start = i + 1;
-            } else if (c == '\t' || c == '\r' || c == '\n') {
+            if (c == ' ' || c == '\t') {
+                if (start >= 0) {
+                    if (nf == 3) { ok = 0; break; }
+                    fs[nf] = start; fe[nf] = i; nf++;
+                    start = -1;
+                }
+            } else if (c == '\r' || c == '\n') {
                 ok = 0; break;
+            } else if (start < 0) {
+                start = i;
             }
         }
         if (!ok || nf < 2)

@@ -235,15 +235,18 @@ class ClientOpParser(_Framer):
                     on_pub(subject, reply, payload)
                 if pos >= n:
                     break
-            # Fast path: "PUB <subject> [reply] <size>\r\n" with single spaces.
+            # Fast path: "PUB <subject> [reply] <size>\r\n", blanks as the reference splits.
             if buf.startswith(b"PUB ", pos) and not self.awaiting_connect:
                 eol = buf.find(b"\n", pos)
                 if eol < 0:
                     break
                 if buf[eol - 1] == 13:
                     arg = buf[pos + 4 : eol - 1]
-                    if 9 not in arg and len(arg) <= self.max_control_line:
-                        parts = arg.split(b" ")
+                    # bytes.split() also splits at CR, VT and FF, which the reference keeps.
+                    if len(arg) <= self.max_control_line and not (
+                        13 in arg or 11 in arg or 12 in arg
+                    ):
+                        parts = arg.split()
                         np = len(parts)
                         if np == 2:
                             subject, szb = parts
@@ -252,7 +255,7 @@ class ClientOpParser(_Framer):
                             subject, reply, szb = parts
                         else:
                             subject = b""
-                        if subject and reply != b"" and szb.isdigit() and len(szb) <= 9:
+                        if subject and szb.isdigit() and len(szb) <= 9:
                             size = int(szb)
                             if size > max_payload:
                                 raise ProtocolError(MAX_PAYLOAD_VIOLATION)
