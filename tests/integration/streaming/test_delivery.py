@@ -340,3 +340,22 @@ async def test_durable_queue_unsubscribe_of_last_member_removes_the_group(stan):
     await sub.unsubscribe()
     assert "n:g" not in env.server.channels["dqu"].qsubs
     assert env.server.store.subs("dqu") == []
+
+
+async def test_client_on_a_shared_nats_connection_and_next_msg(stan):
+    env = await stan()
+    nc = await env.nats()
+    sc = await env.connect("shared", nats=nc)
+    sub = await sc.subscribe("nm", deliver_all_available=True, manual_acks=True)
+    await sc.publish("nm", b"a")
+    await sc.publish("nm", b"b")
+    first = await sub.next_msg(timeout=5)
+    second = await sub.next_msg(timeout=5)
+    assert (first.seq, first.data, second.seq) == (1, b"a", 2)
+    await first.ack()
+    await second.ack()
+    await sc.close()
+    assert not nc.is_closed  # the connection belongs to the application
+    assert "shared" not in env.server.clients
+    with pytest.raises(StanError, match="closed"):
+        await sc.publish("nm", b"c")
