@@ -731,25 +731,60 @@ class StreamingServer:
             self._send_available_queue(ch, qs)
 
     def _send_available(self, ch: Channel, sub: Sub) -> None:
+        """Send a plain subscription what it may have (the delivery hot path, inlined)."""
         if sub.stalled or not sub.initialized or sub.new_on_hold or not sub.client_id:
             return
         limit = ch.deliverable
         start = sub.last_sent + 1
+        if start > limit:
+            return
+        pending = sub.pending
+        mif = sub.max_in_flight
         get_msgs = self.store.get_msgs
-        send = self._send_msg
+        publish = self.conn.publish
+        inbox = sub.inbox
+        p = self._scratch
+        p.subject = ch.name
+        serialize = p.SerializeToString
+        expire = self.loop.time() + sub.ack_wait
+        seqs = self._sent_batch.get(sub)
+        if seqs is None:
+            seqs = self._sent_batch[sub] = []
+            if not self._events_scheduled:
+                self._schedule_events()
+        out_bytes = sent = 0
         while start <= limit:
-            room = sub.max_in_flight - len(sub.pending)
+            room = mif - len(pending)
             if room <= 0:
                 sub.stalled = True
-                return
+                break
             msgs = get_msgs(ch.name, start, min(room, limit - start + 1, _FETCH))
             if not msgs:
-                return
+                break
             for m in msgs:
-                sent, more = send(sub, m, False, False)
-                if not sent or not more:
-                    return
+                seq = m.seq
+                p.sequence = seq
+                p.reply = m.reply
+                p.data = m.data
+                p.timestamp = m.timestamp
+                payload = serialize()
+                publish(inbox, payload)
+                out_bytes += len(payload)
+                pending[seq] = expire
+                seqs.append(seq)
+            sent += len(msgs)
             start = msgs[-1].seq + 1
+            sub.last_sent = start - 1
+            if len(pending) >= mif:
+                sub.stalled = True
+                break
+        if sent:
+            self.out_msgs += sent
+            self.out_bytes += out_bytes
+            if sub.ack_timer is None:
+                self._arm_ack_timer(sub, sub.ack_wait)
+            if self._threaded_sync:
+                self._dirty = True
 
     def _send_available_queue(self, ch: Channel, qs: QueueState) -> None:
         if not qs.subs or qs.new_on_hold:
@@ -867,6 +902,8 @@ class StreamingServer:
         sent, self._sent_batch = self._sent_batch, {}
         acks, self._ack_batch = self._ack_batch, {}
         for sub, seqs in sent.items():
+            if not seqs:
+                continue
             try:
                 store.add_pending_many(sub.channel.name, sub.id, seqs)
             except StoreError as exc:
@@ -896,7 +933,29 @@ class StreamingServer:
             return
         if ack.subject != sub.channel.name:
             return
-        self._process_ack(sub, ack.sequence, True)
+        seq = ack.sequence
+        pending = sub.pending
+        if seq not in pending or sub.qstate is not None:
+            self._process_ack(sub, seq, True)
+            return
+        # the common case, inlined: a plain subscription acknowledges a pending message
+        del pending[seq]
+        batch = self._ack_batch.get(sub)
+        if batch is None:
+            self._ack_batch[sub] = [seq]
+            if not self._events_scheduled:
+                self._schedule_events()
+        else:
+            batch.append(seq)
+        if sub.rdlv:
+            sub.rdlv.pop(seq, None)
+        if sub.stalled and len(pending) < sub.max_in_flight:
+            sub.stalled = False
+            if sub not in self._kick:
+                self._kick[sub] = sub.channel
+                if not self._kick_scheduled:
+                    self._kick_scheduled = True
+                    self.loop.call_soon(self._run_kicks)
 
     def _process_ack(self, sub: Sub, seq: int, from_user: bool) -> None:
         qs = sub.qstate
