@@ -59,6 +59,8 @@ _PING_OK = pb.PingResponse().SerializeToString()
 _PING_REPLACED = pb.PingResponse(error=E.PING_CLIENT_REPLACED).SerializeToString()
 _EMPTY_SUB_RESPONSE = pb.SubscriptionResponse().SerializeToString()
 _EMPTY_CLOSE_RESPONSE = pb.CloseResponse().SerializeToString()
+# a PubAck with just a guid (field 1) of n < 128 bytes is b"\n" + bytes([n]) + guid
+_PUBACK_HEADS = [b"\n" + bytes((n,)) for n in range(128)]
 
 Handler = Callable[[str, str, bytes], None]
 
@@ -104,7 +106,8 @@ class StreamingServer:
         self.out_bytes = 0
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._dup_cids: set[str] = set()
-        self._pub_queue: list[tuple[str, str, bytes, str, str]] = []
+        # PubMsgs of this loop turn by channel: ([(reply, data)], [(ack subject, guid)])
+        self._pub_queue: dict[str, tuple[list[tuple[str, bytes]], list[tuple[str, str]]]] = {}
         self._pub_scheduled = False
         self._acks_waiting: list[tuple[str, str]] = []
         self._unsynced: dict[Channel, int] = {}
@@ -372,7 +375,7 @@ class StreamingServer:
                 ch.max_inactivity - elapsed, self._check_delete, ch
             )
             return
-        if ch in self._unsynced or any(name == ch.name for name, *_ in self._pub_queue):
+        if ch in self._unsynced or ch.name in self._pub_queue:
             ch.delete_timer = self.loop.call_later(0.1, self._check_delete, ch)
             return
         self._flush_sub_events()
@@ -609,7 +612,11 @@ class StreamingServer:
         if not valid:
             self._pub_err(reply, guid, E.ERR_INVALID_PUB_REQ)
             return
-        self._pub_queue.append((channel, pm.reply, pm.data, reply, guid))
+        g = self._pub_queue.get(channel)
+        if g is None:
+            g = self._pub_queue[channel] = ([], [])
+        g[0].append((pm.reply, pm.data))
+        g[1].append((reply, guid))
         if not self._pub_scheduled:
             self._pub_scheduled = True
             self.loop.call_soon(self._process_pubs)
@@ -620,26 +627,19 @@ class StreamingServer:
 
     def _process_pubs(self) -> None:
         self._pub_scheduled = False
-        batch, self._pub_queue = self._pub_queue, []
-        if not batch:
+        groups, self._pub_queue = self._pub_queue, {}
+        if not groups:
             return
-        groups: dict[str, list[tuple[str, str, bytes, str, str]]] = {}
-        for item in batch:
-            g = groups.get(item[0])
-            if g is None:
-                groups[item[0]] = [item]
-            else:
-                g.append(item)
         store = self.store
         now = self._now()
         done: list[tuple[str, str]] = []
-        for name, items in groups.items():
+        for name, (msgs, acks) in groups.items():
             try:
                 ch = self._lookup_or_create(name)
-                seqs = store.store_msgs(name, [(it[1], it[2]) for it in items])
+                seqs = store.store_msgs(name, msgs)
             except StoreError as exc:
-                for it in items:
-                    self._pub_err(it[3], it[4], str(exc))
+                for reply, guid in acks:
+                    self._pub_err(reply, guid, str(exc))
                 continue
             ch.stored = seqs[-1]
             ch.last_activity = now
@@ -648,7 +648,7 @@ class StreamingServer:
             else:
                 ch.deliverable = ch.stored
                 self._deliver(ch)
-            done.extend((it[3], it[4]) for it in items)
+            done.extend(acks)
         if self._threaded_sync:
             self._acks_waiting.extend(done)
             self._request_sync()
@@ -657,12 +657,13 @@ class StreamingServer:
 
     def _send_pub_acks(self, acks: list[tuple[str, str]]) -> None:
         publish = self.conn.publish
+        heads = _PUBACK_HEADS
         for reply, guid in acks:
             if not reply:
                 continue
             g = guid.encode()
             if len(g) < 128:
-                publish(reply, b"\n" + bytes((len(g),)) + g)
+                publish(reply, heads[len(g)] + g)
             else:
                 publish(reply, pb.PubAck(guid=guid).SerializeToString())
 
