@@ -30,8 +30,12 @@ class RunningStreaming:
         await self.server.shutdown()
 
 
-async def start_streaming(opts: StreamingOptions, url: str, **connect_opts: Any) -> RunningStreaming:
-    """Open the store, connect to ``url``, start serving (and monitoring if http_port)."""
+async def start_streaming(opts: StreamingOptions, url: str, monitor_required: bool = True,
+                          **connect_opts: Any) -> RunningStreaming:
+    """Open the store, connect to ``url``, start serving (and monitoring if http_port).
+
+    With ``monitor_required=False`` a monitoring port that cannot be bound is logged and
+    skipped instead of failing the start (embedded in a core server that may serve it)."""
     store = open_store_for(opts)
     try:
         if opts.nats_user:
@@ -55,6 +59,11 @@ async def start_streaming(opts: StreamingOptions, url: str, **connect_opts: Any)
 
         try:
             monitor = await start_monitor(server, opts.http_host, opts.http_port)
+        except OSError as exc:
+            if monitor_required:
+                await server.shutdown()
+                raise
+            log.error("streaming monitoring not served on port %d: %s", opts.http_port, exc)
         except BaseException:
             await server.shutdown()
             raise
@@ -95,7 +104,8 @@ async def start_embedded(core: Any, opts: StreamingOptions) -> RunningStreaming:
     if opts.http_port == 0 and getattr(copts, "http_port", 0):
         opts.http_port = copts.http_port
         opts.http_host = copts.host
-    running = await start_streaming(opts, f"nats://{host}:{core.port}", **connect_opts)
+    running = await start_streaming(opts, f"nats://{host}:{core.port}",
+                                    monitor_required=False, **connect_opts)
     loop = asyncio.get_running_loop()
     stopping = False
 
