@@ -32,6 +32,8 @@ from .subscription import (
     DEFAULT_SUB_PENDING_BYTES_LIMIT,
     DEFAULT_SUB_PENDING_MSGS_LIMIT,
     MsgCallback,
+    RawCallback,
+    RawSubscription,
     ResponseMux,
     Subscription,
 )
@@ -464,10 +466,7 @@ class Client:
             pre = self._pub_prefix(subject)
         n = len(payload)
         if n > self._fast_max or reply or headers is not None:
-            rep = b""
-            if reply:
-                rep = self._subjects.get(reply) or self._check_subject(reply)
-            if self._publish_raw(pre[4:-1], rep, payload, headers):
+            if self._publish_checked(pre, payload, reply, headers):
                 await self._soft_limit()
             return
         # The common case, kept flat: "PUB <subject> " is cached, the size line is a table.
@@ -482,6 +481,29 @@ class Client:
             self._loop.call_soon(self._flush_soon)
         if len(buf) + wb.chunked >= SOFT_WRITE_LIMIT:
             await self._soft_limit()
+
+    def publish_nowait(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        reply: str = "",
+        headers: Mapping[str, Any] | Headers | None = None,
+    ) -> None:
+        """Buffer a publish at once, without waiting for the socket to drain.
+
+        For code that cannot await (timers, raw callbacks): the caller bounds its own
+        output, since nothing here slows it down. Errors are raised as by publish()."""
+        pre = self._pub_prefixes.get(subject)
+        if pre is None:
+            pre = self._pub_prefix(subject)
+        self._publish_checked(pre, payload, reply, headers)
+
+    def _publish_checked(self, pre: bytes, payload: bytes, reply: str,
+                         headers: Mapping[str, Any] | Headers | None) -> bool:
+        rep = b""
+        if reply:
+            rep = self._subjects.get(reply) or self._check_subject(reply)
+        return self._publish_raw(pre[4:-1], rep, payload, headers)
 
     def _pub_prefix(self, subject: str | bytes) -> bytes:
         pre = b"PUB " + self._check_subject(subject) + b" "
@@ -577,8 +599,13 @@ class Client:
         max_msgs: int = 0,
         pending_msgs_limit: int = DEFAULT_SUB_PENDING_MSGS_LIMIT,
         pending_bytes_limit: int = DEFAULT_SUB_PENDING_BYTES_LIMIT,
+        raw_cb: RawCallback | None = None,
     ) -> Subscription:
-        """Subscribe; with `cb` messages go to the callback, else to `sub.messages`."""
+        """Subscribe; with `cb` messages go to the callback, else to `sub.messages`.
+
+        `raw_cb(subject, reply, headers_block, payload)` (bytes, no Msg) is called
+        synchronously from the read path instead: the fastest way in, for code that never
+        blocks (see RawSubscription)."""
         if not subject or not is_valid_subject(subject):
             raise errors.BadSubjectError()
         if queue and _BAD_SUBJECT.search(queue):
@@ -599,8 +626,14 @@ class Client:
             cb = _to_future
             max_msgs = max_msgs or 1
         self._ssid += 1
-        sub = Subscription(self, self._ssid, subject, queue, cb, max_msgs,
-                           pending_msgs_limit, pending_bytes_limit)
+        if raw_cb is not None:
+            if cb is not None:
+                raise errors.Error("nats: cb and raw_cb are exclusive")
+            sub: Subscription = RawSubscription(self, self._ssid, subject, queue, raw_cb,
+                                                max_msgs)
+        else:
+            sub = Subscription(self, self._ssid, subject, queue, cb, max_msgs,
+                               pending_msgs_limit, pending_bytes_limit)
         sub._start()
         self._subs[sub._sid] = sub
         data = encode.sub(subject.encode(), sub._sid, queue.encode() or None)

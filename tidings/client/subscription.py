@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from . import errors
 from .msg import Msg
+
+log = logging.getLogger("tidings.client")
 
 if TYPE_CHECKING:
     from .client import Client
@@ -340,3 +343,33 @@ class ResponseMux(Subscription):
         fut = self.waiting.pop(subject[self._plen:], None)
         if fut is not None and not fut.done():
             fut.set_result(Msg(self._client, subject, reply, payload, hdr, self._id))
+
+
+RawCallback = Callable[[bytes, "bytes | None", "bytes | None", bytes], None]
+
+
+class RawSubscription(Subscription):
+    """A subscription whose messages go straight from the read path to a plain function.
+
+    `raw_cb(subject, reply, headers_block, payload)` runs synchronously for every message:
+    no Msg object, no queue, no task. It must not block; what it raises is logged.
+    """
+
+    def __init__(self, client: Client, sid: int, subject: str, queue: str,
+                 raw_cb: RawCallback, max_msgs: int = 0) -> None:
+        super().__init__(client, sid, subject, queue, None, max_msgs)
+        self._raw_cb = raw_cb
+
+    def _start(self) -> None:
+        pass
+
+    def _deliver(self, subject: bytes, reply: bytes | None, hdr: bytes | None,
+                 payload: bytes) -> None:
+        self._received += 1
+        try:
+            self._raw_cb(subject, reply, hdr, payload)
+        except Exception:
+            log.exception("raw subscription callback failed on %r", subject)
+        if self._max_msgs and self._received >= self._max_msgs:
+            self._client._remove_sub(self)
+            self._finish()

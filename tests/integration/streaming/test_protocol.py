@@ -218,9 +218,11 @@ async def test_limits_errors_too_many_channels_and_subscriptions(stan):
 
 
 async def test_server_takes_messages_straight_from_the_client_read_path(stan):
-    """The hot path relies on tidings.client calling ``sub._deliver`` per message; if the
-    client changes that, the server falls back to callbacks (slower) and this test says so."""
+    """The server's own subscriptions are raw ones: messages come from the client's read
+    path with no Msg object and no queue."""
+    from tidings.client.subscription import RawSubscription
+
     env = await stan()
     subs = env.server._internal_subs
     assert len(subs) == 8
-    assert all("_deliver" in vars(s) for s in subs), "direct delivery not in use"
+    assert all(isinstance(s, RawSubscription) for s in subs), "raw delivery not in use"
