@@ -179,8 +179,13 @@ class Connection(asyncio.Protocol):
 
     def on_err(self, message: str) -> None:
         if self.stage in (_INFO, _PONG):
+            err = errors.server_error(message)
             if not self._stage_fut.done():
-                self._stage_fut.set_exception(errors.server_error(message))
+                self._stage_fut.set_exception(err)
+            elif self.lost_reason is None:
+                # Right behind the INFO (e.g. 'maximum connections exceeded'): the stage
+                # that waits next reports it instead of a bare EOF.
+                self.lost_reason = err
             return
         self.handler.on_server_error(message)
 

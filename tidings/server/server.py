@@ -39,6 +39,8 @@ class Server:
         self.name = self.options.name or self.server_id
         self.sublist = Sublist()
         self.clients: dict[int, ClientConnection] = {}
+        self.internal: set[int] = set()  # cids of in-process clients (embedded streaming)
+        self.internal_expected = 0  # in-process clients still connecting
         self.dirty: list[ClientConnection] = []
         self.reader: ClientConnection | None = None  # whose bytes are being parsed now
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
@@ -118,16 +120,28 @@ class Server:
         return b"INFO " + json.dumps(info, separators=(",", ":")).encode() + b" \r\n"
 
     def register(self, client: ClientConnection) -> bool:
-        if len(self.clients) >= self.options.max_connections:
+        limit = self.options.max_connections + self.internal_expected
+        if len(self.clients) - len(self.internal) >= limit:
             client.close_with_error(MAX_CONNECTIONS_EXCEEDED, "max connections")
             return False
         self.clients[client.cid] = client
         self.total_connections += 1
         return True
 
+    def expect_internal(self) -> None:
+        """An in-process client is about to connect: keep a slot for it."""
+        self.internal_expected += 1
+
+    def mark_internal(self, cid: int | None) -> None:
+        """Exempt an in-process client (embedded streaming) from max_connections."""
+        self.internal_expected = max(0, self.internal_expected - 1)
+        if cid is not None and cid in self.clients:
+            self.internal.add(cid)
+
     def unregister(self, client: ClientConnection) -> None:
         if self.clients.pop(client.cid, None) is None:
             return
+        self.internal.discard(client.cid)
         for sub in client.subs.values():
             sub.closed = True
             self.sublist.remove(sub)

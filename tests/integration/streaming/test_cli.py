@@ -95,6 +95,20 @@ async def test_no_streaming_flag_turns_it_off(servers):
         await nc.close()
 
 
+async def test_embedded_streaming_takes_no_client_slot(servers):
+    srv = start_tidings(max_connections=2)
+    servers.append(srv)
+    await wait_streaming(srv.url)
+    first = await nats_connect(srv.url)
+    second = await nats_connect(srv.url)
+    try:
+        with pytest.raises(Exception, match="maximum connections exceeded"):
+            await nats_connect(srv.url, max_reconnect_attempts=0, allow_reconnect=False)
+    finally:
+        await first.close()
+        await second.close()
+
+
 async def test_file_store_cluster_id_and_config_survive_a_restart(servers, tmp_path):
     data = tmp_path / "data"
     conf = tmp_path / "stan.conf"

@@ -104,8 +104,15 @@ async def start_embedded(core: Any, opts: StreamingOptions) -> RunningStreaming:
     if opts.http_port == 0 and getattr(copts, "http_port", 0):
         opts.http_port = copts.http_port
         opts.http_host = copts.host
-    running = await start_streaming(opts, f"nats://{host}:{core.port}",
-                                    monitor_required=False, **connect_opts)
+    # Our own connection does not take one of the clients' max_connections slots.
+    core.expect_internal()
+    try:
+        running = await start_streaming(opts, f"nats://{host}:{core.port}",
+                                        monitor_required=False, **connect_opts)
+    except BaseException:
+        core.mark_internal(None)
+        raise
+    core.mark_internal(running.server.conn.nc.client_id)
     loop = asyncio.get_running_loop()
     stopping = False
 
