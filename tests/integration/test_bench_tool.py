@@ -157,3 +157,14 @@ def test_frame_counter_is_exact_across_splits_and_pings(step: int) -> None:
     garbage = FrameCounter(len(frame))
     feed_in_chunks(garbage, frame * 3 + b"GARBAGE\r\n" + frame * 3, step)
     assert garbage.check_end() is not None
+
+
+def test_streaming_workloads_against_tidings(tidings_server, tmp_path: Path) -> None:
+    out = tmp_path / "stan.json"
+    proc = run_bench("--url", tidings_server.url, "--workloads", "stan-pub,stan-sub",
+                     "--sizes", "128", "--msgs", "2000", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    results = {r["workload"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(results) == {"stan-pub", "stan-sub"}
+    for r in results.values():
+        assert (r["sent"], r["delivered"], r["errors"]) == (2000, 2000, [])

@@ -7,11 +7,13 @@ from dataclasses import dataclass
 
 from tidings.bench.latency import run_latency
 from tidings.bench.memory import run_memory
-from tidings.bench.results import Result
+from tidings.bench.results import Result, ThroughputResult
 from tidings.bench.settings import ProgressFn, Settings, no_progress
 from tidings.bench.throughput import THROUGHPUT_WORKLOADS, run_throughput, subscriber_count
 
-WORKLOADS = (*THROUGHPUT_WORKLOADS, "latency", "memory")
+# Streaming: publish with async PubAcks, and subscribe-and-ack from the first message.
+STREAMING_WORKLOADS = ("stan-pub", "stan-sub")
+WORKLOADS = (*THROUGHPUT_WORKLOADS, "latency", "memory", *STREAMING_WORKLOADS)
 DEFAULT_WORKLOADS = (*THROUGHPUT_WORKLOADS, "latency")
 DEFAULT_SIZES = "16,128,1KiB,16KiB,64KiB"
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20,
@@ -73,4 +75,27 @@ def run_spec(spec: Spec, settings: Settings, progress: ProgressFn = no_progress)
         return run_latency(spec.size, settings, progress)
     if spec.workload == "memory":
         return run_memory(settings, progress)
+    if spec.workload in STREAMING_WORKLOADS:
+        return run_streaming(spec.workload, spec.size, settings)
     return run_throughput(spec.workload, spec.size, settings, progress)
+
+
+def run_streaming(workload: str, size: int, settings: Settings) -> Result:
+    """A streaming workload against the streaming server behind the URL (cluster id from
+    TIDINGS_BENCH_CLUSTER_ID, default test-cluster)."""
+    import os
+
+    from tidings.streaming.bench import bench_publish, bench_subscribe
+
+    cluster_id = os.environ.get("TIDINGS_BENCH_CLUSTER_ID", "test-cluster")
+    url = str(settings.endpoint)
+    msgs = min(settings.msgs, 200_000)
+    if workload == "stan-pub":
+        r = bench_publish(url, cluster_id=cluster_id, msgs=msgs, size=size,
+                          timeout=settings.timeout)
+    else:
+        r = bench_subscribe(url, cluster_id=cluster_id, msgs=msgs, size=size,
+                            timeout=settings.timeout)
+    errors = [f"{r.errors} errors"] if r.errors else []
+    return ThroughputResult(workload, size, 1 if workload == "stan-sub" else 0, r.msgs, r.msgs,
+                            r.seconds, errors=errors)
