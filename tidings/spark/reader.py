@@ -80,8 +80,8 @@ def read_partition(part: NatsPartition) -> Iterator[pa.RecordBatch]:
     async def open_sub() -> None:
         await conn.connect()
         inbox = conn.nc.new_inbox()
-        await conn.nc.subscribe(inbox, cb=read.on_msg, pending_msgs_limit=0,
-                                pending_bytes_limit=0)
+        sub = await conn.nc.subscribe(inbox)
+        conn.nc.divert(sub, read.on_msg)
         state["ack"] = await conn.subscribe(
             rng.channel, inbox, SEQUENCE_START, sequence=rng.start,
             max_in_flight=in_flight, ack_wait=params.ack_wait)
