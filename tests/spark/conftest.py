@@ -81,7 +81,8 @@ def _wait_streaming(url: str, timeout: float = 20.0) -> None:
 def stan_server() -> Iterator[StanServer]:
     """A tidings server with streaming (memory store) and monitoring, for the whole session."""
     http_port = free_port()
-    server = start_tidings(extra_args=["-m", str(http_port), "--max_msgs", "0"])
+    server = start_tidings(extra_args=["-m", str(http_port), "--max_msgs", "0",
+                                       "--max_channels", "0"])
     try:
         _wait_streaming(server.url)
         yield StanServer(server, f"http://127.0.0.1:{http_port}")
