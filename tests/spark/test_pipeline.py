@@ -77,3 +77,19 @@ def test_pipeline_windows_resume_from_checkpoint(spark, stan_server, channel_nam
     updates = _results(spark, stan_server, results)
     assert len(updates) == 4 + 2  # window 3 of k2 and window 5 of k3, each published once
     assert {(u["key"], u["count"]) for u in updates[4:]} == {("k2", 1), ("k3", 1)}
+
+
+def test_cli_wiring():
+    from tidings.cli import build_parser
+    from tidings.spark.pipeline import _config_from_args
+
+    args = build_parser().parse_args([
+        "pipeline", "--url", "nats://h:1", "--channels", "a, b", "--window", "1 minute",
+        "--results-channel", "", "-o", "user=u", "--cluster-id", "c", "--trigger",
+        "availableNow"])
+    cfg = _config_from_args(args)
+    assert args.func.__name__ == "_cmd_pipeline"
+    assert cfg.channels == ("a", "b") and cfg.window == "1 minute"
+    assert cfg.watermark == "30 seconds" and cfg.trigger == "availableNow"
+    assert cfg.results_channel is None
+    assert cfg.nats_options() == {"url": "nats://h:1", "user": "u", "clusterId": "c"}

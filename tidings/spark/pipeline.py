@@ -217,13 +217,17 @@ def _config_from_args(args: argparse.Namespace) -> PipelineConfig:
         extra[key] = value
     if args.cluster_id:
         extra.setdefault("clusterId", args.cluster_id)
+    demo = getattr(args, "demo", False)
+    window = args.window or ("5 seconds" if demo else "10 seconds")
+    watermark = args.watermark or ("5 seconds" if demo else "30 seconds")
+    trigger = args.trigger or ("2 seconds" if demo else "5 seconds")
     return PipelineConfig(
         url=args.url or DEFAULT_URL,
         channels=tuple(c.strip() for c in args.channels.split(",") if c.strip()),
         output=args.output, checkpoint=args.checkpoint,
         results_channel=args.results_channel or None, results_target=args.results_target,
         key_field=args.key_field, value_field=args.value_field, time_field=args.time_field,
-        window=args.window, slide=args.slide, watermark=args.watermark, trigger=args.trigger,
+        window=window, slide=args.slide, watermark=watermark, trigger=trigger,
         max_messages_per_trigger=args.max_per_trigger, source_options=extra,
     )
 
@@ -245,12 +249,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--key-field", default="key")
     parser.add_argument("--value-field", default="value")
     parser.add_argument("--time-field", default="ts")
-    parser.add_argument("--window", default="10 seconds", help="event-time window length")
+    parser.add_argument("--window", default=None,
+                        help="event-time window length (default 10 seconds; demo 5 seconds)")
     parser.add_argument("--slide", default=None, help="slide of sliding windows")
-    parser.add_argument("--watermark", default="30 seconds", help="allowed event lateness")
-    parser.add_argument("--trigger", default="5 seconds",
-                        help="micro-batch interval, or availableNow (process what is there, "
-                             "then stop)")
+    parser.add_argument("--watermark", default=None,
+                        help="allowed event lateness (default 30 seconds; demo 5 seconds)")
+    parser.add_argument("--trigger", default=None,
+                        help="micro-batch interval (default 5 seconds; demo 2 seconds), or "
+                             "availableNow (process what is there, then stop)")
     parser.add_argument("--max-per-trigger", type=int, default=None,
                         help="at most this many events per micro-batch")
     parser.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[2]"),
@@ -394,7 +400,7 @@ def _demo(args: argparse.Namespace, cfg: PipelineConfig) -> int:
         server, cfg.url = _start_demo_server()
         print(f"demo: started a tidings server at {cfg.url}", flush=True)
     cluster_id = cfg.source_options.get("clusterId", "test-cluster")
-    duration = args.duration or 40.0
+    duration = args.duration or 60.0
     stop = threading.Event()
     _stop_on_signals(stop)
     feeder = None
