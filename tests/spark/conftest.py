@@ -56,12 +56,12 @@ class StanServer:
         return self.server.url
 
 
-def _wait_streaming(url: str, timeout: float = 20.0) -> None:
+def wait_streaming(url: str, timeout: float = 20.0, **options: str) -> None:
     """Until the embedded streaming server answers a connect (it starts after the core)."""
     from tidings.spark.options import ConnectionOptions
     from tidings.spark.stan import StanConnection, StanError
 
-    copts = ConnectionOptions.parse({"url": url, "requestTimeout": "1"})
+    copts = ConnectionOptions.parse({"url": url, "requestTimeout": "1", **options})
 
     async def attempt() -> bool:
         try:
@@ -84,7 +84,7 @@ def stan_server() -> Iterator[StanServer]:
     server = start_tidings(extra_args=["-m", str(http_port), "--max_msgs", "0",
                                        "--max_channels", "0"])
     try:
-        _wait_streaming(server.url)
+        wait_streaming(server.url)
         yield StanServer(server, f"http://127.0.0.1:{http_port}")
     finally:
         server.stop()
@@ -122,12 +122,13 @@ def channel_name() -> Any:
     return lambda name="c": f"t{tag}.{name}"
 
 
-def publish(url: str, channel: str, payloads: list[bytes]) -> None:
+def publish(url: str, channel: str, payloads: list[bytes], **nats_options: Any) -> None:
     """Store `payloads` in `channel`, in order; returns once every PubAck is in."""
     from tidings.streaming import client as stan
 
     async def run() -> None:
-        sc = await stan.connect("test-cluster", f"feeder-{uuid.uuid4().hex[:10]}", url=url)
+        sc = await stan.connect("test-cluster", f"feeder-{uuid.uuid4().hex[:10]}", url=url,
+                                **nats_options)
         try:
             futs = []
             loop = asyncio.get_running_loop()

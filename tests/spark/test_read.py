@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from .conftest import publish
+from .conftest import publish, wait_streaming
 
 
 def _load(spark, server, **options):
@@ -105,3 +105,20 @@ def test_ranges_longer_than_max_in_flight_are_acknowledged(spark, stan_server, c
     df = _load(spark, stan_server, channels=ch, minPartitionsPerChannel=1,
                maxBytesInFlight=3000)
     assert sorted(r.sequence for r in df.collect()) == list(range(1, 241))
+
+
+def test_credentials_reach_the_executors(spark, tidings_factory, channel_name):
+    server = tidings_factory(user="spark", password="s3cret")
+    wait_streaming(server.url, user="spark", password="s3cret")
+    ch = channel_name()
+    publish(server.url, ch, [b"one", b"two"], user="spark", password="s3cret")
+
+    df = _load(spark, server, channels=ch, user="spark", password="s3cret")
+    assert [bytes(r.data) for r in df.orderBy("sequence").collect()] == [b"one", b"two"]
+    (spark.createDataFrame([(ch, "three")], "subject string, data string")
+     .write.format("nats").mode("append").option("url", server.url)
+     .option("user", "spark").option("password", "s3cret").save())
+    assert df.count() == 2  # a loaded DataFrame keeps the ranges planned for it
+    assert _load(spark, server, channels=ch, user="spark", password="s3cret").count() == 3
+    with pytest.raises(Exception, match="(?i)authorization"):
+        _load(spark, server, channels=ch, password="wrong", user="spark").collect()
