@@ -122,3 +122,9 @@ def test_credentials_reach_the_executors(spark, tidings_factory, channel_name):
     assert _load(spark, server, channels=ch, user="spark", password="s3cret").count() == 3
     with pytest.raises(Exception, match="(?i)authorization"):
         _load(spark, server, channels=ch, password="wrong", user="spark").collect()
+
+
+def test_empty_channels_read_as_no_rows(spark, stan_server, channel_name):
+    df = _load(spark, stan_server, channels=f"{channel_name('x')},{channel_name('y')}")
+    assert df.count() == 0
+    assert df.collect() == []

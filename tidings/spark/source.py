@@ -122,7 +122,8 @@ class NatsBatchReader(DataSourceReader):
                               self.ropts.start_time_ns or 0) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, NatsPartition)
+        if not isinstance(partition, NatsPartition):
+            return iter(())  # Spark's stand-in partition when there is nothing to read
         return read_partition(partition)
 
 
@@ -210,7 +211,8 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                               self.ropts.start_time_ns or 0) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, NatsPartition)
+        if not isinstance(partition, NatsPartition):
+            return iter(())  # Spark's stand-in partition when there is nothing to read
         return read_partition(partition)
 
     def commit(self, end: dict) -> None:
