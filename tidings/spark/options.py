@@ -194,7 +194,7 @@ class ReadOptions:
     start_sequence: int | None = None
     end_sequence: int | None = None
     start_time_ns: int | None = None
-    messages_per_partition: int = 100_000
+    messages_per_partition: int = 50_000
     min_partitions_per_channel: int = 2
     max_in_flight: int = 100_000
     max_bytes_in_flight: int = 64 * 1024 * 1024
@@ -233,7 +233,7 @@ class ReadOptions:
             start_sequence=start_seq,
             end_sequence=end_seq,
             start_time_ns=parse_time(start_time) if start_time else None,
-            messages_per_partition=_int(opts, "messagesPerPartition", 100_000, 1) or 100_000,
+            messages_per_partition=_int(opts, "messagesPerPartition", 50_000, 1) or 50_000,
             min_partitions_per_channel=_int(opts, "minPartitionsPerChannel", 2, 1) or 2,
             max_in_flight=_int(opts, "maxInFlight", 100_000, 1) or 100_000,
             max_bytes_in_flight=(_int(opts, "maxBytesInFlight", 64 * 1024 * 1024, 1)
