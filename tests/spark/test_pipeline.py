@@ -92,4 +92,7 @@ def test_cli_wiring():
     assert cfg.channels == ("a", "b") and cfg.window == "1 minute"
     assert cfg.watermark == "30 seconds" and cfg.trigger == "availableNow"
     assert cfg.results_channel is None
+    assert (cfg.output, cfg.checkpoint) == ("pipeline-out/results", "pipeline-out/checkpoint")
+    demo = _config_from_args(build_parser().parse_args(["pipeline", "--demo"]))
+    assert demo.output.startswith("pipeline-out/demo-") and demo.window == "5 seconds"
     assert cfg.nats_options() == {"url": "nats://h:1", "user": "u", "clusterId": "c"}

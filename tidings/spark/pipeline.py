@@ -221,10 +221,17 @@ def _config_from_args(args: argparse.Namespace) -> PipelineConfig:
     window = args.window or ("5 seconds" if demo else "10 seconds")
     watermark = args.watermark or ("5 seconds" if demo else "30 seconds")
     trigger = args.trigger or ("2 seconds" if demo else "5 seconds")
+    base = "pipeline-out"
+    if demo and not (args.output or args.checkpoint):
+        # A demo feeds a fresh server whose channels start at sequence 1 again: an old
+        # checkpoint's offsets would be ahead of them.
+        base = time.strftime("pipeline-out/demo-%Y%m%d-%H%M%S")
+    output = args.output or f"{base}/results"
+    checkpoint = args.checkpoint or f"{base}/checkpoint"
     return PipelineConfig(
         url=args.url or DEFAULT_URL,
         channels=tuple(c.strip() for c in args.channels.split(",") if c.strip()),
-        output=args.output, checkpoint=args.checkpoint,
+        output=output, checkpoint=checkpoint,
         results_channel=args.results_channel or None, results_target=args.results_target,
         key_field=args.key_field, value_field=args.value_field, time_field=args.time_field,
         window=window, slide=args.slide, watermark=watermark, trigger=trigger,
@@ -239,10 +246,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "and no --url a tidings server is started)")
     parser.add_argument("--cluster-id", default=None, help="streaming cluster id (test-cluster)")
     parser.add_argument("--channels", default="events", help="comma-separated event channels")
-    parser.add_argument("--output", default="pipeline-out/results",
-                        help="Parquet directory of the final windows")
-    parser.add_argument("--checkpoint", default="pipeline-out/checkpoint",
-                        help="checkpoint directory (keep it to resume after a stop)")
+    parser.add_argument("--output", default=None,
+                        help="Parquet directory of the final windows (default "
+                             "pipeline-out/results; demo: a new pipeline-out/demo-* directory)")
+    parser.add_argument("--checkpoint", default=None,
+                        help="checkpoint directory, keep it to resume after a stop (default "
+                             "pipeline-out/checkpoint; demo: next to its output)")
     parser.add_argument("--results-channel", default="results",
                         help="where window updates are published ('' to turn off)")
     parser.add_argument("--results-target", choices=("streaming", "core"), default="streaming")
@@ -409,8 +418,9 @@ def _demo(args: argparse.Namespace, cfg: PipelineConfig) -> int:
         _wait_streaming(cfg.url, cluster_id)
         feeder = DemoFeeder(cfg.url, cluster_id, cfg.channels, args.demo_rate, args.demo_keys)
         feeder.start()
-        print(f"demo: feeding ~{args.demo_rate:g} events/s to {', '.join(cfg.channels)}",
-              flush=True)
+        print(f"demo: feeding ~{args.demo_rate:g} events/s to {', '.join(cfg.channels)}; "
+              f"windows of {cfg.window}, watermark {cfg.watermark}, trigger {cfg.trigger}; "
+              f"output {cfg.output}, checkpoint {cfg.checkpoint}", flush=True)
         conf = dict(item.split("=", 1) for item in args.conf or [])
         spark = spark_session(args.master, conf=conf)
         echo = lambda s: print(f"  {s}  (fed {feeder.sent})", flush=True)  # noqa: E731

@@ -80,8 +80,8 @@ def read_partition(part: NatsPartition) -> Iterator[pa.RecordBatch]:
     async def open_sub() -> None:
         await conn.connect()
         inbox = conn.nc.new_inbox()
-        sub = await conn.nc.subscribe(inbox)
-        conn.nc.divert(sub, read.on_msg)
+        # raw_cb: payloads go from the client's read path straight to the column lists
+        await conn.nc.subscribe(inbox, raw_cb=read.on_msg)
         state["ack"] = await conn.subscribe(
             rng.channel, inbox, SEQUENCE_START, sequence=rng.start,
             max_in_flight=in_flight, ack_wait=params.ack_wait)
