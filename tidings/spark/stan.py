@@ -10,9 +10,10 @@ speaks the protocol directly (the wire messages are `tidings.streaming.pb`):
   probe subscribes with maxInFlight=1 and closes the subscription at once. An initial message
   is sent by the server before it answers the subscription-close request that follows it on
   the same connection, so the close reply is the end of the answer (no timer involved).
-- `read_range`: the messages `start`..`end` of a channel with SequenceStart; at most
-  `max_in_flight` unacknowledged (a range no longer than that is never acknowledged at all:
-  the subscription is simply closed after the last wanted sequence).
+- `RangeRead`: collects the messages `start`..`end` of a channel delivered to a SequenceStart
+  subscription (a `raw_cb` subscription: no per-message objects); `reader.read_partition`
+  drives it with at most `max_in_flight` unacknowledged (a range no longer than that is never
+  acknowledged at all: the subscription is simply closed after the last wanted sequence).
 - `Publisher`: PubMsg with a window of outstanding PubAcks; `flush_acks` waits for all.
 """
 
