@@ -2,19 +2,26 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
+SOURCES := pyproject.toml setup.py tidings/protocol/_speedups.c
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench bench-spark pipeline-demo clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-$(STAMP): $(PY) pyproject.toml setup.py tidings/protocol/_speedups.c
-	$(PY) -m pip install -q -e '.[test,sql]'
-	touch $(STAMP)
+# The server alone (make run) needs less than the tests, the benchmarks and Spark.
+$(RUN_STAMP): $(PY) $(SOURCES)
+	$(PY) -m pip install -q -e '.[sql]'
+	touch $(RUN_STAMP)
 
-run: $(STAMP)
+$(STAMP): $(PY) $(SOURCES)
+	$(PY) -m pip install -q -e '.[test,sql,spark]'
+	touch $(STAMP) $(RUN_STAMP)
+
+run: $(RUN_STAMP)
 	$(VENV)/bin/tidings server --addr 0.0.0.0 --port 4222 --store file --dir ./data
 
 test: $(STAMP)
@@ -27,5 +34,11 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/compare.py
 
+bench-spark: $(STAMP)
+	$(PY) benchmarks/spark_read.py
+
+pipeline-demo: $(STAMP)
+	$(VENV)/bin/tidings pipeline --demo --duration 60
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info pipeline-out
