@@ -81,3 +81,29 @@ def message_batch(
 def empty_batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in ARROW_SCHEMA],
                                       schema=ARROW_SCHEMA)
+
+
+def columnar_batch(channel: str, reply: bytes, count: int, offset: int,
+                   min_time: int = 0) -> pa.RecordBatch:
+    """A record batch over a fetch reply's columns, without a per-row Python step.
+
+    `reply[offset:]` holds `count` int64 sequences, `count` int64 timestamps (Unix ns),
+    `count + 1` int32 offsets and the concatenated payloads (little-endian, see
+    `tidings.streaming.server.fetch`). The sequence and data columns are views of `reply`;
+    rows stored before `min_time` (Unix ns) are left out.
+    """
+    buf = pa.py_buffer(reply)
+    seq_at, ts_at, off_at = offset, offset + 8 * count, offset + 16 * count
+    data_at = off_at + 4 * (count + 1)
+    seqs = pa.Array.from_buffers(pa.int64(), count, [None, buf.slice(seq_at, 8 * count)])
+    stamps_ns = pa.Array.from_buffers(pa.int64(), count, [None, buf.slice(ts_at, 8 * count)])
+    data = pa.Array.from_buffers(pa.binary(), count,
+                                 [None, buf.slice(off_at, 4 * (count + 1)), buf.slice(data_at)])
+    chan = pa.repeat(pa.scalar(channel, pa.string()), count)
+    stamps = pc.divide(stamps_ns, 1000).cast(_TS_TYPE)
+    redo = pa.repeat(pa.scalar(False), count)
+    batch = pa.RecordBatch.from_arrays([chan, seqs, chan, data, stamps, redo],
+                                       schema=ARROW_SCHEMA)
+    if min_time:
+        batch = batch.filter(pc.greater_equal(stamps_ns, min_time))
+    return batch

@@ -203,6 +203,7 @@ class ReadOptions:
     read_timeout: float = 30.0
     starting_offsets: str = "earliest"  # earliest | latest | JSON {channel: sequence}
     max_messages_per_trigger: int | None = None
+    fetch: bool = True  # try the tidings bulk fetch before the subscription read
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> ReadOptions:
@@ -243,6 +244,7 @@ class ReadOptions:
             read_timeout=_float(opts, "readTimeout", 30.0),
             starting_offsets=starting,
             max_messages_per_trigger=max_trigger,
+            fetch=_bool(opts, "fetch", True),
         )
 
 

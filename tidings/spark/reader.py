@@ -2,22 +2,26 @@
 
 `read()` of a Python data source runs in a Python worker that shares nothing with the driver
 process that planned it, so a `NatsPartition` carries everything the read needs: the range,
-the connection options and the read parameters. The read opens its own streaming connection,
+the connection options and the read parameters. The read opens its own NATS connection and
+first asks a tidings server for the range with bulk fetches (`fetch.py`: columnar replies that
+become Arrow batches without a per-row Python step). When nobody answers the fetch subject (the
+reference streaming server), or option `fetch` is false, it registers as a streaming client,
 subscribes with SequenceStart at the range's first sequence, turns what arrives into Arrow
-record batches and closes the subscription after the range's last sequence; reading the same
-partition again produces the same rows.
+record batches and closes the subscription after the range's last sequence. Either way,
+reading the same partition again produces the same rows.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from .arrow import message_batch
+from .arrow import columnar_batch, message_batch
+from .fetch import HEADER, FetchUnsupported, fetch_range
 from .options import ConnectionOptions, ReadOptions
 from .planning import SeqRange
 from .stan import SEQUENCE_START, RangeRead, StanConnection, ack_prefix, varint, wait_progress
@@ -32,11 +36,13 @@ class ReadParams:
     ack_wait: int = 60
     batch_size: int = 10_000
     read_timeout: float = 30.0
+    fetch: bool = True
+    fetch_window: int = 4  # fetch requests in flight
 
     @classmethod
     def of(cls, ropts: ReadOptions) -> ReadParams:
         return cls(ropts.max_in_flight, ropts.max_bytes_in_flight, ropts.ack_wait,
-                   ropts.batch_size, ropts.read_timeout)
+                   ropts.batch_size, ropts.read_timeout, ropts.fetch)
 
     def in_flight(self, count: int, msg_size: int) -> int:
         """The subscription's maxInFlight for a range of `count` messages of about `msg_size`.
@@ -63,16 +69,56 @@ class NatsPartition(InputPartition):
 
 def read_partition(part: NatsPartition) -> Iterator[pa.RecordBatch]:
     """The messages of the partition's range as record batches, each sequence once."""
-    rng, params = part.range, part.params
+    rng = part.range
     if rng.end < rng.start:
         return
+    loop = asyncio.new_event_loop()
+    conn = StanConnection(part.copts, "r")
+    try:
+        loop.run_until_complete(conn.connect_nats())
+        fetched = False
+        if part.params.fetch:
+            fetched = yield from _fetch_read(part, loop, conn)
+        if not fetched:
+            yield from _subscription_read(part, loop, conn)
+    finally:
+        try:
+            loop.run_until_complete(conn.close())
+        finally:
+            loop.close()
+
+
+def _fetch_read(part: NatsPartition, loop: asyncio.AbstractEventLoop, conn: StanConnection
+                ) -> Generator[pa.RecordBatch, None, bool]:
+    """The range through bulk fetches; False (having yielded nothing) when unsupported."""
+    rng = part.range
+    replies = fetch_range(conn.nc, part.copts.cluster_id, rng.channel, rng.start, rng.end,
+                          part.params.fetch_window, part.copts.request_timeout)
+    try:
+        while True:
+            try:
+                reply = loop.run_until_complete(anext(replies))
+            except StopAsyncIteration:
+                return True
+            except FetchUnsupported:
+                return False
+            batch = columnar_batch(rng.channel, reply.data, reply.count, HEADER.size,
+                                   part.min_time)
+            if batch.num_rows:
+                yield batch
+    finally:
+        loop.run_until_complete(replies.aclose())
+
+
+def _subscription_read(part: NatsPartition, loop: asyncio.AbstractEventLoop,
+                       conn: StanConnection) -> Iterator[pa.RecordBatch]:
+    """The range through a SequenceStart subscription (the standard protocol)."""
+    rng, params = part.range, part.params
     in_flight = part.in_flight
     acking = rng.count > in_flight
     wake_every = params.batch_size
     if acking:
         wake_every = min(wake_every, max(1, in_flight // 2))
-    loop = asyncio.new_event_loop()
-    conn = StanConnection(part.copts, "r")
     read = RangeRead(rng.channel, rng.start, rng.end, wake_every, part.min_time)
     prefix = ack_prefix(rng.channel)
     state: dict[str, str] = {}
@@ -97,16 +143,10 @@ def read_partition(part: NatsPartition) -> Iterator[pa.RecordBatch]:
                 await publish(ack_inbox, prefix + varint(seq))
         return cols
 
-    try:
-        loop.run_until_complete(open_sub())
-        while True:
-            seqs, data, stamps, redelivered = loop.run_until_complete(next_columns())
-            if seqs:
-                yield message_batch(rng.channel, seqs, data, stamps, redelivered)
-            if read.done and not read.seqs:
-                break
-    finally:
-        try:
-            loop.run_until_complete(conn.close())
-        finally:
-            loop.close()
+    loop.run_until_complete(open_sub())
+    while True:
+        seqs, data, stamps, redelivered = loop.run_until_complete(next_columns())
+        if seqs:
+            yield message_batch(rng.channel, seqs, data, stamps, redelivered)
+        if read.done and not read.seqs:
+            break

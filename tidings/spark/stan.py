@@ -3,7 +3,8 @@
 What the connector does is narrower than a general streaming client and has its own costs, so it
 speaks the protocol directly (the wire messages are `tidings.streaming.pb`):
 
-- `StanConnection`: connect (ConnectRequest, heartbeat answers) and close (CloseRequest).
+- `StanConnection`: connect (ConnectRequest, heartbeat answers) and close (CloseRequest);
+  `connect_nats` opens only the NATS connection (what a bulk fetch, `fetch.py`, needs).
 - `probe`: the sequence of the first message a start position would deliver (LastReceived for
   a channel's last sequence, First for its first, TimeDeltaStart for "first at or after a
   time"), or None for an empty answer. The protocol has no request for a channel's bounds; a
@@ -94,13 +95,20 @@ class StanConnection:
         self.nc: Client | None = None
         self.resp: Any = None
 
-    async def connect(self) -> StanConnection:
+    async def connect_nats(self) -> StanConnection:
+        """Only the NATS connection (enough for a fetch; `connect` registers the client)."""
         copts = self.copts
         self.nc = Client()
         try:
             await self.nc.connect(list(copts.servers), **copts.client_kwargs(self.client_id))
         except nats_errors.Error as exc:
             raise StanError(f"cannot connect to {', '.join(copts.servers)}: {exc}") from exc
+        return self
+
+    async def connect(self) -> StanConnection:
+        copts = self.copts
+        if self.nc is None:
+            await self.connect_nats()
         hb_inbox = self.nc.new_inbox()
 
         async def heartbeat(msg: Msg) -> None:

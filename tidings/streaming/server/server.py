@@ -40,6 +40,7 @@ from ..stores import (
     UnknownSubscriptionError,
 )
 from . import errors as E
+from .fetch import fetch_subject, handle_fetch
 from .options import (
     DEFAULT_ACKS_PREFIX,
     DEFAULT_CLOSE_PREFIX,
@@ -153,6 +154,7 @@ class StreamingServer:
             (info["close"], self._on_close_request),
             (f"{info['discovery']}.pings", self._on_client_ping),
             (f"{info['acks']}.>", self._on_ack),
+            (fetch_subject(self.opts.cluster_id), self._on_fetch),
         ):
             self._internal_subs.append(await self.conn.subscribe(subject, handler))
         await self.conn.flush()
@@ -217,6 +219,12 @@ class StreamingServer:
         task = self.loop.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _on_fetch(self, subject: str, reply: str, data: bytes) -> None:
+        """A bulk range fetch (a tidings extension, see :mod:`.fetch`): read-only."""
+        if reply:
+            max_payload = getattr(getattr(self.conn, "nc", None), "max_payload", 1 << 20)
+            self.conn.publish(reply, handle_fetch(self.store, data, max_payload))
 
     def _check_server_info(self) -> None:
         info = self.store.server_info()
