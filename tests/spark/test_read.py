@@ -96,14 +96,15 @@ def test_ranges_longer_than_max_in_flight_are_acknowledged(spark, stan_server, c
     ch = channel_name()
     payloads = [b"%05d" % i + b"." * 200 for i in range(1, 241)]
     publish(stan_server.url, ch, payloads)
-    # One range of 240 with at most 16 unacknowledged: the reader has to ack to get the rest.
+    # One range of 240 with at most 16 unacknowledged: the reader has to ack to get the rest
+    # (fetch=false: the subscription read, which a tidings server would otherwise not need).
     df = _load(spark, stan_server, channels=ch, messagesPerPartition=1000,
-               minPartitionsPerChannel=1, maxInFlight=16, batchSize=5)
+               minPartitionsPerChannel=1, maxInFlight=16, batchSize=5, fetch="false")
     assert df.rdd.getNumPartitions() == 1
     assert [bytes(r.data) for r in df.orderBy("sequence").collect()] == payloads
     # The byte bound does the same from the sampled message size (~200 bytes + overhead).
     df = _load(spark, stan_server, channels=ch, minPartitionsPerChannel=1,
-               maxBytesInFlight=3000)
+               maxBytesInFlight=3000, fetch="false")
     assert sorted(r.sequence for r in df.collect()) == list(range(1, 241))
 
 

@@ -78,9 +78,9 @@ def read_partition(part: NatsPartition) -> Iterator[pa.RecordBatch]:
         loop.run_until_complete(conn.connect_nats())
         fetched = False
         if part.params.fetch:
-            fetched = yield from _fetch_read(part, loop, conn)
+            fetched = yield from fetch_read(part, loop, conn)
         if not fetched:
-            yield from _subscription_read(part, loop, conn)
+            yield from subscription_read(part, loop, conn)
     finally:
         try:
             loop.run_until_complete(conn.close())
@@ -88,7 +88,7 @@ def read_partition(part: NatsPartition) -> Iterator[pa.RecordBatch]:
             loop.close()
 
 
-def _fetch_read(part: NatsPartition, loop: asyncio.AbstractEventLoop, conn: StanConnection
+def fetch_read(part: NatsPartition, loop: asyncio.AbstractEventLoop, conn: StanConnection
                 ) -> Generator[pa.RecordBatch, None, bool]:
     """The range through bulk fetches; False (having yielded nothing) when unsupported."""
     rng = part.range
@@ -110,7 +110,7 @@ def _fetch_read(part: NatsPartition, loop: asyncio.AbstractEventLoop, conn: Stan
         loop.run_until_complete(replies.aclose())
 
 
-def _subscription_read(part: NatsPartition, loop: asyncio.AbstractEventLoop,
+def subscription_read(part: NatsPartition, loop: asyncio.AbstractEventLoop,
                        conn: StanConnection) -> Iterator[pa.RecordBatch]:
     """The range through a SequenceStart subscription (the standard protocol)."""
     rng, params = part.range, part.params

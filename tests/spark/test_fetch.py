@@ -1,0 +1,141 @@
+"""The bulk fetch read path against the subscription read path: same rows, and the fallback.
+
+The partition reads here run `tidings.spark.reader` directly against real servers (no Spark)
+where the test needs to know which path produced the rows; the last test goes through Spark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from tests.servers import start_tidings
+from tidings.spark.options import ConnectionOptions, ReadOptions
+from tidings.spark.planning import SeqRange
+from tidings.spark.reader import (
+    NatsPartition,
+    ReadParams,
+    fetch_read,
+    read_partition,
+    subscription_read,
+)
+from tidings.spark.stan import StanConnection, StanError
+
+from .conftest import publish, wait_streaming
+
+
+def _partition(url: str, channel: str, start: int, end: int, fetch: bool = True,
+               min_time: int = 0) -> NatsPartition:
+    copts = ConnectionOptions.parse({"url": url, "requestTimeout": "5"})
+    params = ReadParams.of(ReadOptions.parse({"channels": channel, "fetch": str(fetch)}))
+    return NatsPartition(SeqRange(channel, start, end), copts, params, 1000, min_time)
+
+
+def _run(part: NatsPartition, read: Callable[..., Any]) -> tuple[list[pa.RecordBatch], Any]:
+    """The batches `read(part, loop, conn)` yields and the value it returns."""
+    loop = asyncio.new_event_loop()
+    conn = StanConnection(part.copts, "t")
+    try:
+        loop.run_until_complete(conn.connect_nats())
+        gen: Iterator[pa.RecordBatch] = read(part, loop, conn)
+        batches = []
+        while True:
+            try:
+                batches.append(next(gen))
+            except StopIteration as stop:
+                return batches, stop.value
+    finally:
+        loop.run_until_complete(conn.close())
+        loop.close()
+
+
+def _table(batches: list[pa.RecordBatch]) -> pa.Table:
+    from tidings.spark.arrow import ARROW_SCHEMA
+
+    return pa.Table.from_batches(batches, schema=ARROW_SCHEMA).combine_chunks()
+
+
+def test_fetch_crosses_reply_boundaries_with_the_subscription_rows(stan_server, channel_name):
+    ch = channel_name()
+    # ~100 KB each: a 1 MiB reply holds at most 10, so the range takes several replies
+    payloads = [bytes([48 + i % 10]) * (90_000 + 997 * i) + b"|%d" % i for i in range(45)]
+    publish(stan_server.url, ch, payloads)
+    fetched, used = _run(_partition(stan_server.url, ch, 3, 44), fetch_read)
+    assert used is True
+    assert len(fetched) >= 4  # one batch per reply
+    subscribed, _ = _run(_partition(stan_server.url, ch, 3, 44), subscription_read)
+    a, b = _table(fetched), _table(subscribed)
+    assert a.column("sequence").to_pylist() == list(range(3, 45))
+    assert a.column("data").to_pylist() == payloads[2:44]
+    assert a.equals(b)  # sequences, payloads, timestamps, channel, subject, redelivered
+
+
+def test_start_time_filters_fetched_rows_like_subscribed_ones(stan_server, channel_name):
+    ch = channel_name()
+    publish(stan_server.url, ch, [b"early%d" % i for i in range(5)])
+    probe, _ = _run(_partition(stan_server.url, ch, 1, 5), fetch_read)
+    cut = (probe[0].column("timestamp").cast(pa.int64()).to_pylist()[-1] + 1) * 1000
+    publish(stan_server.url, ch, [b"late%d" % i for i in range(5)])
+    fetched, _ = _run(_partition(stan_server.url, ch, 1, 10, min_time=cut), fetch_read)
+    subscribed, _ = _run(_partition(stan_server.url, ch, 1, 10, min_time=cut),
+                         subscription_read)
+    got = _table(fetched)
+    assert got.column("data").to_pylist() == [b"late%d" % i for i in range(5)]
+    assert got.equals(_table(subscribed))
+
+
+@pytest.fixture(scope="module")
+def limited_server() -> Iterator[str]:
+    server = start_tidings(extra_args=["--max_msgs", "5"])
+    try:
+        wait_streaming(server.url)
+        yield server.url
+    finally:
+        server.stop()
+
+
+def test_a_range_below_the_first_sequence_after_limits(limited_server, channel_name):
+    ch = channel_name()
+    publish(limited_server, ch, [b"m%d" % i for i in range(1, 13)])  # only 8..12 stay
+    fetched, used = _run(_partition(limited_server, ch, 2, 12), fetch_read)
+    subscribed, _ = _run(_partition(limited_server, ch, 2, 12), subscription_read)
+    assert used is True
+    got = _table(fetched)
+    assert got.column("sequence").to_pylist() == [8, 9, 10, 11, 12]
+    assert got.column("data").to_pylist() == [b"m%d" % i for i in range(8, 13)]
+    assert got.equals(_table(subscribed))
+    gone, used = _run(_partition(limited_server, ch, 1, 6), fetch_read)
+    assert used is True and sum(b.num_rows for b in gone) == 0
+
+
+def test_no_responders_on_the_fetch_subject_means_the_subscription_read(channel_name):
+    server = start_tidings(extra_args=["--no_streaming"])
+    try:
+        part = _partition(server.url, channel_name(), 1, 10)
+        batches, used = _run(part, fetch_read)
+        assert used is False and batches == []
+        # read_partition then falls back, and here finds no streaming server at all
+        with pytest.raises(StanError, match="no NATS Streaming server"):
+            list(read_partition(part))
+    finally:
+        server.stop()
+
+
+def test_spark_reads_the_same_rows_with_and_without_fetch(spark, stan_server, channel_name):
+    ch = channel_name()
+    payloads = [b"%04d" % i + b"z" * (i * 211 % 3000) for i in range(1, 401)]
+    publish(stan_server.url, ch, payloads)
+
+    def rows(fetch: str) -> list[tuple[Any, ...]]:
+        df = (spark.read.format("nats").option("url", stan_server.url).option("channels", ch)
+              .option("messagesPerPartition", 150).option("fetch", fetch).load())
+        return [tuple(r) for r in df.orderBy("sequence").collect()]
+
+    fetched = rows("true")
+    assert [r[1] for r in fetched] == list(range(1, 401))
+    assert [bytes(r[3]) for r in fetched] == payloads
+    assert fetched == rows("false")
