@@ -54,6 +54,7 @@ class Server:
         self._sweeper: asyncio.TimerHandle | None = None
         self._stopped = asyncio.Event()
         self._info: dict[str, Any] = {}
+        self._all_gone: asyncio.Event | None = None  # set when shutdown has closed everyone
 
     # -- lifecycle -----------------------------------------------------------
     async def start(self) -> None:
@@ -82,8 +83,11 @@ class Server:
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
         log.info("Server is ready")
 
-    async def shutdown(self) -> None:
-        """Stop accepting, flush what every client has pending, close every connection."""
+    async def shutdown(self, drain_timeout: float | None = None) -> None:
+        """Stop accepting, flush what every client has pending, close every connection.
+
+        Waits until the sockets have taken the pending bytes (at most `drain_timeout`,
+        default the write deadline, else 10 s); what is still stuck then is dropped."""
         if self._listener is not None:
             self._listener.close()
         if self._sweeper is not None:
@@ -92,7 +96,15 @@ class Server:
         for client in list(self.clients.values()):
             client.closed = True
             if client.transport is not None:
-                client.transport.close()
+                client.transport.close()  # writes out its buffer first
+        if self.clients:
+            self._all_gone = asyncio.Event()
+            wait = drain_timeout or self.options.write_deadline or 10.0
+            try:
+                await asyncio.wait_for(self._all_gone.wait(), wait)
+            except asyncio.TimeoutError:
+                for client in list(self.clients.values()):
+                    client.abort()
         if self._listener is not None:
             await self._listener.wait_closed()
             self._listener = None
@@ -142,6 +154,8 @@ class Server:
         if self.clients.pop(client.cid, None) is None:
             return
         self.internal.discard(client.cid)
+        if self._all_gone is not None and not self.clients:
+            self._all_gone.set()
         for sub in client.subs.values():
             sub.closed = True
             self.sublist.remove(sub)
