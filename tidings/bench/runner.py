@@ -85,7 +85,7 @@ def run_streaming(workload: str, size: int, settings: Settings) -> Result:
     TIDINGS_BENCH_CLUSTER_ID, default test-cluster)."""
     import os
 
-    from tidings.streaming.bench import bench_publish, bench_subscribe
+    from tidings.bench.streaming import bench_publish, bench_subscribe
 
     cluster_id = os.environ.get("TIDINGS_BENCH_CLUSTER_ID", "test-cluster")
     url = str(settings.endpoint)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tidings.streaming.bench import bench_publish, bench_subscribe
+from tidings.bench.streaming import bench_publish, bench_subscribe
 
 
 async def test_bench_workloads_publish_and_subscribe(stan, tmp_path):

@@ -10,7 +10,7 @@ the load generator costs little CPU and the streaming server is what gets measur
   acknowledging every message as it arrives, until ``msgs`` are delivered and acknowledged.
   With ``prefill=True`` it first publishes them (not measured).
 
-Each returns a :class:`StreamingBenchResult`. ``python -m tidings.streaming.bench`` runs them
+Each returns a :class:`StreamingBenchResult`. ``python -m tidings.bench.streaming`` runs them
 from the command line.
 """
 
@@ -23,9 +23,9 @@ import select
 import socket
 import time
 from dataclasses import asdict, dataclass
-from urllib.parse import urlsplit
 
-from .pb import protocol_pb2 as pb
+from tidings.bench.wire import Conn, Endpoint, ProtocolError
+from tidings.streaming.pb import protocol_pb2 as pb
 
 __all__ = ["StreamingBenchResult", "bench_publish", "bench_subscribe", "main"]
 
@@ -61,51 +61,19 @@ class BenchError(Exception):
     pass
 
 
-class _Conn:
-    """A raw NATS connection: handshake, SUB, PUB, and a MSG frame reader."""
+class _Conn(Conn):
+    """A raw NATS connection (handshake from the bench's wire module), then non-blocking
+    reads of MSG frames with PINGs answered."""
 
     def __init__(self, url: str, timeout: float) -> None:
-        parts = urlsplit(url if "://" in url else "nats://" + url)
-        self.sock = socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 4222),
-                                             timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            super().__init__(Endpoint.parse(url), "stan-bench", timeout)
+        except ProtocolError as exc:
+            raise BenchError(str(exc)) from exc
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        self.buf = bytearray()
         self.held: list[tuple[bytes, bytes, bytes]] = []  # frames read while awaiting a reply
         self.timeout = timeout
-        self._readline()  # INFO
-        opts: dict[str, object] = {"verbose": False, "pedantic": False, "name": "stan-bench",
-                                   "lang": "python-raw", "version": "0", "protocol": 1}
-        if parts.username:
-            if parts.password is not None:
-                opts["user"], opts["pass"] = parts.username, parts.password
-            else:
-                opts["auth_token"] = parts.username
-        self.sock.sendall(b"CONNECT " + json.dumps(opts).encode() + b"\r\nPING\r\n")
-        while True:
-            line = self._readline()
-            if line.startswith(b"PONG"):
-                break
-            if line.startswith(b"-ERR"):
-                raise BenchError(line.decode())
         self.sock.setblocking(False)
-
-    def _fill(self) -> None:
-        self.sock.settimeout(self.timeout)
-        data = self.sock.recv(1 << 20)
-        self.sock.setblocking(False)
-        if not data:
-            raise BenchError("connection closed by the server")
-        self.buf += data
-
-    def _readline(self) -> bytes:
-        while True:
-            i = self.buf.find(b"\r\n")
-            if i >= 0:
-                line = bytes(self.buf[:i])
-                del self.buf[: i + 2]
-                return line
-            self._fill()
 
     def send(self, data: bytes | bytearray) -> None:
         self.sock.setblocking(True)
@@ -360,7 +328,7 @@ def _encode_varint(n: int) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tidings.streaming.bench",
+    p = argparse.ArgumentParser(prog="python -m tidings.bench.streaming",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default="nats://127.0.0.1:4222")
     p.add_argument("--cluster_id", default=DEFAULT_CLUSTER_ID)
