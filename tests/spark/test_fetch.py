@@ -139,3 +139,19 @@ def test_spark_reads_the_same_rows_with_and_without_fetch(spark, stan_server, ch
     assert [r[1] for r in fetched] == list(range(1, 401))
     assert [bytes(r[3]) for r in fetched] == payloads
     assert fetched == rows("false")
+
+
+def test_the_driver_sizes_partitions_for_the_fetch_read(stan_server):
+    from tidings.spark.catalog import ChannelCatalog
+    from tidings.spark.options import FETCH_PARTITION, SUBSCRIPTION_PARTITION
+
+    catalog = ChannelCatalog(ConnectionOptions.parse({"url": stan_server.url}))
+    try:
+        assert catalog.fetch_supported() is True
+    finally:
+        catalog.close()
+    ropts = ReadOptions.parse({"channels": "x"})
+    assert ropts.partition_size(True) == FETCH_PARTITION > SUBSCRIPTION_PARTITION
+    assert ropts.partition_size(False) == SUBSCRIPTION_PARTITION
+    given = ReadOptions.parse({"channels": "x", "messagesPerPartition": "77"})
+    assert given.partition_size(True) == given.partition_size(False) == 77

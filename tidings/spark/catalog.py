@@ -24,6 +24,7 @@ import urllib.request
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from ..client import errors as nats_errors
 from .options import ConnectionOptions, OptionError
 from .planning import subject_matches
 from .stan import LAST_RECEIVED, TIME_DELTA_START, ChannelInfo, Probe, StanConnection, StanError
@@ -59,6 +60,7 @@ class ChannelCatalog:
         self._lt: LoopThread | None = None
         self._conn: StanConnection | None = None
         self.sizes: dict[str, int] = {}  # channel -> estimated bytes of one message's data
+        self._fetch: bool | None = None
 
     # -- protocol connection ------------------------------------------------
     def _run(self, make: Any) -> Any:
@@ -83,6 +85,24 @@ class ChannelCatalog:
                 self._lt.run(conn.close(), timeout=self.copts.request_timeout + 5)
             except Exception:  # noqa: BLE001 - closing a broken connection is best effort
                 pass
+
+    def fetch_supported(self) -> bool:
+        """Whether the server answers tidings bulk fetches (asked once per catalog)."""
+        if self._fetch is None:
+            from .fetch import fetch_once, fetch_subject
+
+            subject = fetch_subject(self.copts.cluster_id)
+
+            async def ask(conn: StanConnection) -> bool:
+                try:  # any valid channel name will do: an unknown one is an answer too
+                    await fetch_once(conn.nc, subject, "_tidings.probe", 1, 1,
+                                     self.copts.request_timeout)
+                except (nats_errors.NoRespondersError, nats_errors.TimeoutError):
+                    return False
+                return True
+
+            self._fetch = bool(self._run(ask))
+        return self._fetch
 
     def close(self) -> None:
         self._close_conn()

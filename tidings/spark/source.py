@@ -94,6 +94,7 @@ class NatsBatchReader(DataSourceReader):
             if ropts.start_time_ns is not None:
                 live = [ch for ch in channels if bounds[ch] is not None]
                 starts.update(catalog.first_at_or_after(live, ropts.start_time_ns))
+            size = ropts.partition_size(ropts.fetch and catalog.fetch_supported())
         finally:
             catalog.close()
         self.sizes = dict(catalog.sizes)
@@ -112,7 +113,7 @@ class NatsBatchReader(DataSourceReader):
                     continue
                 lo = max(lo, at)
             hi = last if ropts.end_sequence is None else min(last, ropts.end_sequence)
-            ranges.extend(split_range(ch, lo, hi, ropts.messages_per_partition,
+            ranges.extend(split_range(ch, lo, hi, size,
                                       ropts.min_partitions_per_channel))
         return ranges
 
@@ -205,7 +206,9 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         start = {str(k): int(v) for k, v in start.items()}
         end = {str(k): int(v) for k, v in end.items()}
-        ranges = ranges_between(start, end, self.ropts.messages_per_partition, 1)
+        ropts = self.ropts
+        size = ropts.partition_size(ropts.fetch and self.catalog.fetch_supported())
+        ranges = ranges_between(start, end, size, 1)
         sizes = self.catalog.sizes
         return [NatsPartition(r, self.copts, self.params, sizes.get(r.channel, 0),
                               self.ropts.start_time_ns or 0) for r in ranges]
