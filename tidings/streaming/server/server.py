@@ -3,7 +3,8 @@
 It listens (with the cluster id ``<cid>``) on ``_STAN.discover.<cid>`` (connect requests) and
 ``.pings`` under it (client pings), ``_STAN.pub.<cid>.>`` (PubMsg), ``_STAN.sub.<cid>``,
 ``_STAN.unsub.<cid>``, ``_STAN.subclose.<cid>``, ``_STAN.close.<cid>``, and on
-``_STAN.ack.<cid>.>``: every subscription's ackInbox is a fresh subject under it.
+``_STAN.ack.<cid>.>``: every subscription's ackInbox is a fresh subject under it. A tidings
+extension, the read-only bulk range fetch, answers on ``_TIDINGS.fetch.<cid>`` (:mod:`.fetch`).
 
 Publishing is a group commit: the PubMsgs that arrive in one loop turn are stored together,
 the store is synced once (in a worker thread, while the loop keeps storing the next batch),
