@@ -9,10 +9,13 @@
    `lat.out` (`target=core`); one message at a time is published with its send time and the
    time it arrives on `lat.out` is taken. Reports median / p90 / max. Target: median <= 1 s.
 
-Starts its own tidings server (streaming on the memory store) unless --url is given.
+Starts its own tidings server (streaming on the memory store) unless --url is given. Against a
+tidings server the read uses the bulk range fetch (a tidings extension); `-o fetch=false`
+measures the standard subscription read instead (what a reference server gets).
 
     python benchmarks/spark_read.py [--messages N] [--size BYTES] [--runs R] [--json FILE]
     python benchmarks/spark_read.py --quick          # 200,000 messages, 10 latency samples
+    python benchmarks/spark_read.py -o fetch=false   # the subscription read
 """
 
 from __future__ import annotations
