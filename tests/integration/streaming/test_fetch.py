@@ -10,6 +10,10 @@ import json
 import struct
 from typing import Any, NamedTuple
 
+import pytest
+
+from tidings.client import errors
+from tidings.client.subscription import RawSubscription
 from tidings.streaming.stores import StoreLimits
 
 from .test_delivery import publish_n
@@ -154,3 +158,13 @@ async def test_fetch_is_read_only(stan):
     assert r.seqs == [1, 2, 3, 4]
     assert (env.server.num_subs(), len(env.server.clients)) == before == (0, 0)
     assert env.server.store.channel_info("f.ro").msgs == 4
+
+
+async def test_the_fetch_subscription_is_raw_and_goes_at_shutdown(stan):
+    env = await stan()
+    subs = env.server._extension_subs
+    assert len(subs) == 1 and isinstance(subs[0], RawSubscription)
+    await env.stop_streaming()
+    nc = await env.nats()
+    with pytest.raises(errors.NoRespondersError):
+        await nc.request(f"_TIDINGS.fetch.{env.cluster_id}", b"{}", timeout=2)

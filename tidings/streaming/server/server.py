@@ -131,6 +131,7 @@ class StreamingServer:
         self._expire_timer: asyncio.TimerHandle | None = None
         self._closing = False
         self._internal_subs: list[Any] = []
+        self._extension_subs: list[Any] = []
 
     # ----------------------------------------------------------------------------------
     # lifecycle
@@ -155,9 +156,11 @@ class StreamingServer:
             (info["close"], self._on_close_request),
             (f"{info['discovery']}.pings", self._on_client_ping),
             (f"{info['acks']}.>", self._on_ack),
-            (fetch_subject(self.opts.cluster_id), self._on_fetch),
         ):
             self._internal_subs.append(await self.conn.subscribe(subject, handler))
+        # the tidings extensions, kept apart from the streaming protocol's subscriptions
+        self._extension_subs.append(
+            await self.conn.subscribe(fetch_subject(self.opts.cluster_id), self._on_fetch))
         await self.conn.flush()
         for client in self.clients.values():
             self._arm_hb(client)
@@ -176,10 +179,11 @@ class StreamingServer:
             return
         self._closing = True
         self.state = "SHUTDOWN"
-        for isub in self._internal_subs:
+        for isub in self._internal_subs + self._extension_subs:
             with contextlib.suppress(Exception):
                 await isub.unsubscribe()
         self._internal_subs = []
+        self._extension_subs = []
         for client in self.clients.values():
             if client.hb_timer is not None:
                 client.hb_timer.cancel()
