@@ -50,27 +50,6 @@ def start_server() -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"nats://127.0.0.1:{port}"
 
 
-def wait_streaming(url: str, timeout: float = 30.0) -> None:
-    from tidings.spark.options import ConnectionOptions
-    from tidings.spark.stan import StanConnection, StanError
-
-    copts = ConnectionOptions.parse({"url": url, "requestTimeout": "1"})
-
-    async def attempt() -> bool:
-        try:
-            conn = await StanConnection(copts, "bench").connect()
-        except (StanError, OSError):
-            return False
-        await conn.close()
-        return True
-
-    deadline = time.monotonic() + timeout
-    while not asyncio.run(attempt()):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"no streaming server at {url}")
-        time.sleep(0.2)
-
-
 def fill(url: str, channel: str, n: int, size: int) -> float:
     """Publish n messages (PubAck'ed); returns the seconds it took."""
     from tidings.streaming import client as stan
@@ -225,7 +204,9 @@ def main() -> int:
     if not url:
         proc, url = start_server()
     try:
-        wait_streaming(url)
+        from tidings.spark.stan import wait_for_streaming
+
+        wait_for_streaming(url, timeout=30.0)
         channel = f"bench.{uuid.uuid4().hex[:8]}"
         print(f"filling {channel} with {args.messages:,} messages of {args.size} bytes...",
               flush=True)

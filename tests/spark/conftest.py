@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -58,23 +57,9 @@ class StanServer:
 
 def wait_streaming(url: str, timeout: float = 20.0, **options: str) -> None:
     """Until the embedded streaming server answers a connect (it starts after the core)."""
-    from tidings.spark.options import ConnectionOptions
-    from tidings.spark.stan import StanConnection, StanError
+    from tidings.spark.stan import wait_for_streaming
 
-    copts = ConnectionOptions.parse({"url": url, "requestTimeout": "1", **options})
-
-    async def attempt() -> bool:
-        try:
-            conn = await StanConnection(copts, "probe").connect()
-        except StanError:
-            return False
-        await conn.close()
-        return True
-
-    deadline = time.monotonic() + timeout
-    while not asyncio.run(attempt()):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"streaming server at {url} did not come up")
+    wait_for_streaming(url, timeout, **options)
 
 
 @pytest.fixture(scope="session")

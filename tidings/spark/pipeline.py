@@ -379,30 +379,6 @@ def _start_demo_server() -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"nats://127.0.0.1:{port}"
 
 
-def _wait_streaming(url: str, cluster_id: str, timeout: float = 20.0) -> None:
-    import asyncio
-
-    from .options import ConnectionOptions
-    from .stan import StanConnection, StanError
-
-    copts = ConnectionOptions.parse({"url": url, "clusterId": cluster_id,
-                                     "requestTimeout": "1"})
-
-    async def attempt() -> bool:
-        try:
-            conn = await StanConnection(copts, "demo").connect()
-        except StanError:
-            return False
-        await conn.close()
-        return True
-
-    deadline = time.monotonic() + timeout
-    while not asyncio.run(attempt()):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"no streaming server at {url}")
-        time.sleep(0.2)
-
-
 def _demo(args: argparse.Namespace, cfg: PipelineConfig) -> int:
     server = None
     if not args.url:
@@ -415,7 +391,9 @@ def _demo(args: argparse.Namespace, cfg: PipelineConfig) -> int:
     feeder = None
     spark = None
     try:
-        _wait_streaming(cfg.url, cluster_id)
+        from .stan import wait_for_streaming
+
+        wait_for_streaming(cfg.url, clusterId=cluster_id)
         feeder = DemoFeeder(cfg.url, cluster_id, cfg.channels, args.demo_rate, args.demo_keys)
         feeder.start()
         print(f"demo: feeding ~{args.demo_rate:g} events/s to {', '.join(cfg.channels)}; "

@@ -354,3 +354,26 @@ class Publisher:
                 self._empty = None
         if self.errors:
             raise StanError(f"{len(self.errors)} messages refused: {self.errors[0]}")
+
+
+def wait_for_streaming(url: str, timeout: float = 20.0, **options: str) -> None:
+    """Block until a streaming server answers a connect at `url` (e.g. one embedded in a
+    server that has just started); `options` are data source options such as clusterId,
+    user, password. Raises TimeoutError after `timeout` seconds."""
+    import time
+
+    copts = ConnectionOptions.parse({"url": url, "requestTimeout": "1", **options})
+
+    async def attempt() -> bool:
+        try:
+            conn = await StanConnection(copts, "probe").connect()
+        except (StanError, OSError):
+            return False
+        await conn.close()
+        return True
+
+    deadline = time.monotonic() + timeout
+    while not asyncio.run(attempt()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no streaming server at {url}")
+        time.sleep(0.1)
