@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD
 
@@ -27,7 +27,6 @@ class ServerOptions:
     token: str = ""
     no_log: bool = False
     debug: bool = False
-    extra: dict[str, object] = field(default_factory=dict)
 
     @property
     def auth_required(self) -> bool:
@@ -72,4 +71,4 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
 
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     fields = ServerOptions.__dataclass_fields__
-    return ServerOptions(**{k: v for k, v in vars(args).items() if k in fields and k != "extra"})
+    return ServerOptions(**{k: v for k, v in vars(args).items() if k in fields})
