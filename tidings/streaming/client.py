@@ -23,7 +23,7 @@ import contextlib
 import inspect
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -77,6 +77,18 @@ START_POSITIONS = {
 
 AckHandler = Callable[[str, "StanError | None"], Any]
 MsgHandler = Callable[["Msg"], Any]
+# raw_cb of `subscribe`: (subject, reply, headers block, payload) as the core client's raw_cb;
+# the payload is an encoded MsgProto
+RawHandler = Callable[[bytes, "bytes | None", "bytes | None", bytes], None]
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 class StanError(Exception):
@@ -150,6 +162,9 @@ class Subscription:
         self._queue: asyncio.Queue[Msg] | None = None if cb is not None else asyncio.Queue()
         self._is_coro = cb is not None and inspect.iscoroutinefunction(cb)
         self.received = 0
+        raw = subject.encode()
+        # an encoded Ack up to its sequence: `Ack.subject` and the tag of `Ack.sequence`
+        self._ack_prefix = b"\x0a" + _varint(len(raw)) + raw + b"\x10"
 
     @property
     def closed(self) -> bool:
@@ -190,6 +205,20 @@ class Subscription:
             raise StanError(ERR_BAD_SUBSCRIPTION)
         await self._send_ack(msg.subject, msg.seq)
 
+    async def ack_sequences(self, seqs: Iterable[int]) -> None:
+        """Acknowledge messages by sequence (``manual_acks`` or ``raw_cb`` subscriptions,
+        which have no :class:`Msg` to ack); each Ack is encoded without a protobuf object."""
+        if not self.manual_acks:
+            raise StanError(ERR_MANUAL_ACK)
+        if self._closed or self.sc.closed:
+            raise StanError(ERR_BAD_SUBSCRIPTION)
+        publish, inbox, prefix = self.sc.nc.publish, self.ack_inbox, self._ack_prefix
+        try:
+            for seq in seqs:
+                await publish(inbox, prefix + _varint(seq))
+        except nerr.Error as exc:
+            raise StanError(str(exc)) from exc
+
     async def next_msg(self, timeout: float | None = 1.0) -> Msg:
         """The next message of a subscription without a callback (``cb=None``)."""
         if self._queue is None:
@@ -219,18 +248,22 @@ class Subscription:
             raise StanError(ERR_BAD_SUBSCRIPTION)
         self._closed = True
         sc._subs.pop(self.ack_inbox, None)
-        if self._nats_sub is not None:
-            with contextlib.suppress(nerr.Error):
-                await self._nats_sub.unsubscribe()
         req = pb.UnsubscribeRequest(clientID=sc.client_id, subject=self.subject,
                                     inbox=self.ack_inbox)
         if self.durable_name:
             req.durableName = self.durable_name
+        # The inbox stays subscribed until the server has answered: whatever it delivered
+        # before the answer still reaches a raw_cb (see `StreamingClient.peek`); a callback or
+        # queue subscription drops it (it is closed already).
         try:
             raw = await sc.nc.request(subject, req.SerializeToString(),
                                       timeout=sc.connect_timeout)
         except nerr.TimeoutError as exc:
             raise StanError(timeout_err) from exc
+        finally:
+            if self._nats_sub is not None:
+                with contextlib.suppress(nerr.Error):
+                    await self._nats_sub.unsubscribe()
         resp = pb.SubscriptionResponse()
         resp.ParseFromString(raw.data)
         if resp.error:
@@ -267,6 +300,7 @@ class StreamingClient:
         self._ack_subject = ""
         self._pub_acks: dict[str, _PubAck] = {}
         self._pub_ack_room: asyncio.Event | None = None
+        self._pub_acks_drained: list[asyncio.Future[None]] = []
         self._subs: dict[str, Subscription] = {}
         self._internal: list[Any] = []
         self._ping_timer: asyncio.TimerHandle | None = None
@@ -423,6 +457,7 @@ class StreamingClient:
             self._resolve(guid, pa, err)
         if self._pub_ack_room is not None:
             self._pub_ack_room.set()
+        self._note_drained()
 
     def _lost(self, err: StanError) -> None:
         """The server no longer knows this connection: close, tell the application."""
@@ -513,6 +548,7 @@ class StreamingClient:
                                   reply=self._ack_subject)
         except nerr.Error as exc:
             self._pub_acks.pop(guid, None)
+            self._note_drained()
             raise StanError(str(exc)) from exc
         return guid
 
@@ -530,6 +566,8 @@ class StreamingClient:
         if room is not None and not room.is_set() and (
                 len(self._pub_acks) < self.max_pub_acks_inflight):
             room.set()
+        if not self._pub_acks:
+            self._note_drained()
 
     def _resolve(self, guid: str, pa: _PubAck, err: StanError | None) -> None:
         if pa.fut is not None:
@@ -560,6 +598,7 @@ class StreamingClient:
             self._resolve(guid, pa, StanError(ERR_PUB_ACK_TIMEOUT))
         if expired and self._pub_ack_room is not None:
             self._pub_ack_room.set()
+        self._note_drained()
         if self._pub_acks and not self._closed:
             first = next(iter(self._pub_acks.values()))
             self._sweep_timer = self._loop.call_later(max(first.deadline - now, 0.01),
@@ -567,6 +606,24 @@ class StreamingClient:
 
     def pub_acks_pending(self) -> int:
         return len(self._pub_acks)
+
+    def _note_drained(self) -> None:
+        if self._pub_acks or not self._pub_acks_drained:
+            return
+        waiters, self._pub_acks_drained = self._pub_acks_drained, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    async def wait_pub_acks(self) -> None:
+        """Until no PubAck is outstanding: every message published so far was acknowledged,
+        refused, or failed with a publish ack timeout (the handlers / futures have been told
+        which). Ends within ``ack_timeout`` of the last publish."""
+        if not self._pub_acks:
+            return
+        w: asyncio.Future[None] = self._loop.create_future()
+        self._pub_acks_drained.append(w)
+        await w
 
     # -- subscribe ---------------------------------------------------------------------
 
@@ -585,10 +642,18 @@ class StreamingClient:
         ack_wait: int = DEFAULT_ACK_WAIT,
         manual_acks: bool = False,
         pending_limits: int = 65536,
+        time_delta_ns: int | None = None,
+        raw_cb: RawHandler | None = None,
     ) -> Subscription:
         """Subscribe. Start at ``start_at`` ("new_only", "last_received", "first"), or at
-        ``sequence=``, ``time=`` (Unix seconds) or ``time_delta=`` (seconds ago), or from the
-        beginning with ``deliver_all_available=True``."""
+        ``sequence=``, ``time=`` (Unix seconds) or ``time_delta=`` (seconds ago; or
+        ``time_delta_ns=``, exact), or from the beginning with ``deliver_all_available=True``.
+
+        ``raw_cb=fn``: ``fn(subject, reply, headers, payload)`` is called synchronously from the
+        NATS read path with each delivery's encoded MsgProto (no :class:`Msg`, no task, no
+        queue; ``cb`` is not used). Nothing is acknowledged for it: ack with
+        :meth:`Subscription.ack_sequences`, or never (a subscription whose ``max_inflight``
+        covers everything it will read and is then closed)."""
         if self._closed:
             raise StanError(ERR_CONNECTION_CLOSED)
         req = pb.SubscriptionRequest(
@@ -600,6 +665,9 @@ class StreamingClient:
         if sequence is not None:
             req.startPosition = pb.SequenceStart
             req.startSequence = sequence
+        elif time_delta_ns is not None:
+            req.startPosition = pb.TimeDeltaStart
+            req.startTimeDelta = time_delta_ns
         elif time is not None or time_delta is not None:
             req.startPosition = pb.TimeDeltaStart
             if time_delta is None:
@@ -611,9 +679,14 @@ class StreamingClient:
                 raise StanError(f"stan: unknown start position {start_at!r}")
             req.startPosition = START_POSITIONS[start_at]
         inbox = self.nc.new_inbox()
-        sub = Subscription(self, subject, queue, durable_name, cb, manual_acks, inbox)
-        sub._nats_sub = await self.nc.subscribe(inbox, cb=sub._on_msg,
-                                                pending_msgs_limit=pending_limits)
+        if raw_cb is not None:
+            sub = Subscription(self, subject, queue, durable_name, None, True, inbox)
+            sub._queue = None
+            sub._nats_sub = await self.nc.subscribe(inbox, raw_cb=raw_cb)
+        else:
+            sub = Subscription(self, subject, queue, durable_name, cb, manual_acks, inbox)
+            sub._nats_sub = await self.nc.subscribe(inbox, cb=sub._on_msg,
+                                                    pending_msgs_limit=pending_limits)
         req.inbox = inbox
         try:
             raw = await self.nc.request(self._sub_requests, req.SerializeToString(),
@@ -632,6 +705,27 @@ class StreamingClient:
         sub.ack_inbox = resp.ackInbox
         self._subs[sub.ack_inbox] = sub
         return sub
+
+    async def peek(self, subject: str, start_at: str = "first", *, sequence: int | None = None,
+                   time_delta_ns: int | None = None) -> pb.MsgProto | None:
+        """The first message a subscription starting there would be sent, or None.
+
+        The protocol has no request for a channel's bounds: ``peek(ch, "last_received")`` is
+        the channel's last message, ``peek(ch, "first")`` its first, ``time_delta_ns=`` the
+        first stored at most that long ago. A subscription with ``max_inflight=1`` is removed at
+        once; the server sends its initial message before it answers the removal, so the
+        answer ends the wait (no timer involved).
+        """
+        got: list[bytes] = []
+
+        def first(subj: bytes, reply: bytes | None, hdr: bytes | None, payload: bytes) -> None:
+            if not got:
+                got.append(payload)
+
+        sub = await self.subscribe(subject, start_at=start_at, sequence=sequence,
+                                   time_delta_ns=time_delta_ns, max_inflight=1, raw_cb=first)
+        await sub.unsubscribe()
+        return pb.MsgProto.FromString(got[0]) if got else None
 
     async def __aenter__(self) -> StreamingClient:
         return self
