@@ -3,7 +3,7 @@
 Two ways to find out:
 
 - the streaming protocol (default): a channel's last sequence is the one a LastReceived
-  subscription delivers, its first the one a First subscription delivers (see `stan.probe`);
+  subscription delivers, its first the one a First subscription delivers (see `StreamingClient.peek`);
   nothing else is needed, but channels cannot be listed;
 - the streaming server's monitoring endpoint (`monitorUrl`, e.g. `http://127.0.0.1:8222`):
   `/streaming/channelsz?channel=X` gives `first_seq`/`last_seq` and `/streaming/channelsz`
@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from ..client import errors as nats_errors
 from .options import ConnectionOptions, OptionError
 from .planning import subject_matches
-from .stan import LAST_RECEIVED, TIME_DELTA_START, ChannelInfo, Probe, StanConnection, StanError
+from .stan import ChannelInfo, Probe, StanConnection, StanError
 
 T = TypeVar("T")
 TIME_SLACK_NS = 2_000_000_000
@@ -69,7 +69,9 @@ class ChannelCatalog:
             self._lt = LoopThread()
         for attempt in (1, 2):
             if self._conn is None:
-                self._conn = self._lt.run(StanConnection(self.copts, self.role).connect())
+                conn = StanConnection(self.copts, self.role)
+                self._lt.run(conn.connect())
+                self._conn = conn
             try:
                 return self._lt.run(make(self._conn))
             except StanError:
@@ -159,7 +161,7 @@ class ChannelCatalog:
             return {ch: (ci.last if ci else 0) for ch, ci in self.info(channels).items()}
 
         async def probe_all(conn: StanConnection) -> dict[str, Probe | None]:
-            return {ch: await conn.probe(ch, LAST_RECEIVED) for ch in channels}
+            return {ch: await conn.probe(ch, "last_received") for ch in channels}
 
         out = {}
         for ch, got in self._run(probe_all).items():
@@ -183,7 +185,7 @@ class ChannelCatalog:
         async def probe_all(conn: StanConnection) -> dict[str, int | None]:
             out: dict[str, int | None] = {}
             for ch in channels:
-                got = await conn.probe(ch, TIME_DELTA_START, delta_ns=delta)
+                got = await conn.probe(ch, "time", delta_ns=delta)
                 out[ch] = got.sequence if got else None
             return out
 

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from ..streaming.client import Subscription
 from .arrow import columnar_batch, message_batch
 from .fetch import HEADER, FetchUnsupported, fetch_range
 from .options import ConnectionOptions, ReadOptions
 from .planning import SeqRange
-from .stan import SEQUENCE_START, RangeRead, StanConnection, ack_prefix, varint, wait_progress
+from .stan import RangeRead, StanConnection, wait_progress
 
 MSG_OVERHEAD = 96  # bytes a delivered message costs besides its data (MSG line, MsgProto)
 
@@ -120,17 +121,13 @@ def subscription_read(part: NatsPartition, loop: asyncio.AbstractEventLoop,
     if acking:
         wake_every = min(wake_every, max(1, in_flight // 2))
     read = RangeRead(rng.channel, rng.start, rng.end, wake_every, part.min_time)
-    prefix = ack_prefix(rng.channel)
-    state: dict[str, str] = {}
 
-    async def open_sub() -> None:
-        await conn.connect()
-        inbox = conn.nc.new_inbox()
+    async def open_sub() -> Subscription:
+        sc = await conn.connect()
         # raw_cb: payloads go from the client's read path straight to the column lists
-        await conn.nc.subscribe(inbox, raw_cb=read.on_msg)
-        state["ack"] = await conn.subscribe(
-            rng.channel, inbox, SEQUENCE_START, sequence=rng.start,
-            max_in_flight=in_flight, ack_wait=params.ack_wait)
+        return await sc.subscribe(rng.channel, sequence=rng.start, raw_cb=read.on_msg,
+                                  max_inflight=min(in_flight, 2**31 - 1),
+                                  ack_wait=params.ack_wait)
 
     async def next_columns() -> tuple[list[int], list[bytes], list[int], list[bool]]:
         await wait_progress(read, params.read_timeout, lambda: (
@@ -138,12 +135,10 @@ def subscription_read(part: NatsPartition, loop: asyncio.AbstractEventLoop,
             f"(next expected {read.expected})"))
         cols = read.take()
         if acking and not read.done:
-            publish, ack_inbox = conn.nc.publish, state["ack"]
-            for seq in cols[0]:
-                await publish(ack_inbox, prefix + varint(seq))
+            await sub.ack_sequences(cols[0])
         return cols
 
-    loop.run_until_complete(open_sub())
+    sub = loop.run_until_complete(open_sub())
     while True:
         seqs, data, stamps, redelivered = loop.run_until_complete(next_columns())
         if seqs:

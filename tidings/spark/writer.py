@@ -30,7 +30,7 @@ from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
 from ..client import connect
 from .options import ConnectionOptions, OptionError, WriteOptions, check_channel
-from .stan import Publisher, StanConnection
+from .stan import StanConnection, StanError
 
 
 @dataclass
@@ -81,19 +81,30 @@ def _rows(batch: pa.RecordBatch, default_subject: str | None
 
 async def _publish_streaming(copts: ConnectionOptions, wopts: WriteOptions,
                              batches: Iterator[pa.RecordBatch]) -> int:
-    conn = await StanConnection(copts, "w").connect()
+    conn = StanConnection(copts, "w")
     count = 0
+    errors: list[StanError] = []
+
+    def on_ack(guid: str, err: StanError | None) -> None:
+        if err is not None:
+            errors.append(err)
+
     try:
-        pub = await Publisher(conn, wopts.max_pub_acks_in_flight, wopts.pub_ack_wait).start()
+        sc = await conn.connect(ack_timeout=wopts.pub_ack_wait,
+                                max_pub_acks_inflight=wopts.max_pub_acks_in_flight)
         checked: set[str] = set()
         for batch in batches:
             for subj, payload, _ in _rows(batch, wopts.subject):
+                if errors:
+                    raise StanError(f"publish to channel refused: {errors[0]}")
                 if subj not in checked:
                     check_channel(subj)
                     checked.add(subj)
-                await pub.publish(subj, payload)
+                await sc.publish_async(subj, payload, ack_handler=on_ack)
                 count += 1
-        await pub.flush_acks()
+        await sc.wait_pub_acks()
+        if errors:
+            raise StanError(f"{len(errors)} messages refused: {errors[0]}")
     finally:
         await conn.close()
     return count
