@@ -75,7 +75,7 @@ class ChannelCatalog:
             try:
                 return self._lt.run(make(self._conn))
             except StanError:
-                if attempt == 2 or self._conn.nc is not None and self._conn.nc.is_connected:
+                if attempt == 2 or self._conn.alive():
                     raise
                 self._close_conn()
         raise AssertionError("unreachable")

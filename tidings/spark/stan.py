@@ -103,6 +103,13 @@ class StanConnection:
             raise StanError(f"streaming connect refused: {exc}") from exc
         return self.sc
 
+    def alive(self) -> bool:
+        """Connected, and the streaming client (if registered) not closed or lost (its pings
+        tell when the server no longer knows it)."""
+        if self.nc is None or not self.nc.is_connected:
+            return False
+        return self.sc is None or not self.sc.closed
+
     async def probe(self, channel: str, start_at: str, delta_ns: int | None = None
                     ) -> Probe | None:
         """The first message `start_at` ("last_received", "first"; or `delta_ns` ago) would
