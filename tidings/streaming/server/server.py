@@ -761,11 +761,7 @@ class StreamingServer:
         p.subject = ch.name
         serialize = p.SerializeToString
         expire = self.loop.time() + sub.ack_wait
-        seqs = self._sent_batch.get(sub)
-        if seqs is None:
-            seqs = self._sent_batch[sub] = []
-            if not self._events_scheduled:
-                self._schedule_events()
+        seqs = self._events(self._sent_batch, sub)
         out_bytes = sent = 0
         while start <= limit:
             room = mif - len(pending)
@@ -888,13 +884,7 @@ class StreamingServer:
             del pending[seq]  # re-insert: the dict stays (mostly) in expiry order
             pending[seq] = expire
             return True, True
-        batch = self._sent_batch.get(sub)
-        if batch is None:
-            self._sent_batch[sub] = [seq]
-            if not self._events_scheduled:
-                self._schedule_events()
-        else:
-            batch.append(seq)
+        self._events(self._sent_batch, sub).append(seq)
         if seq > sub.last_sent:
             sub.last_sent = seq
         pending[seq] = expire
@@ -902,6 +892,16 @@ class StreamingServer:
             sub.stalled = True
             return True, False
         return True, True
+
+    def _events(self, batches: dict[Sub, list[int]], sub: Sub) -> list[int]:
+        """This loop turn's list of sent (or acked) sequences of `sub`, written to the store
+        once at the end of the turn."""
+        seqs = batches.get(sub)
+        if seqs is None:
+            seqs = batches[sub] = []
+            if not self._events_scheduled:
+                self._schedule_events()
+        return seqs
 
     def _schedule_events(self) -> None:
         self._events_scheduled = True
@@ -954,13 +954,7 @@ class StreamingServer:
             return
         # the common case, inlined: a plain subscription acknowledges a pending message
         del pending[seq]
-        batch = self._ack_batch.get(sub)
-        if batch is None:
-            self._ack_batch[sub] = [seq]
-            if not self._events_scheduled:
-                self._schedule_events()
-        else:
-            batch.append(seq)
+        self._events(self._ack_batch, sub).append(seq)
         if sub.rdlv:
             sub.rdlv.pop(seq, None)
         if sub.stalled and len(pending) < sub.max_in_flight:
@@ -999,13 +993,7 @@ class StreamingServer:
                     self.loop.call_soon(self._run_kicks)
 
     def _store_ack(self, ch: Channel, sub: Sub, seq: int) -> bool:
-        batch = self._ack_batch.get(sub)
-        if batch is None:
-            self._ack_batch[sub] = [seq]
-            if not self._events_scheduled:
-                self._schedule_events()
-        else:
-            batch.append(seq)
+        self._events(self._ack_batch, sub).append(seq)
         return True
 
     def _run_kicks(self) -> None:
