@@ -52,6 +52,15 @@ def parse_size(field: bytes) -> int:
     return -1
 
 
+def decode_json(arg: bytes | str, what: str) -> Any:
+    """JSON from the network; anything undecodable (also nesting too deep for the decoder)
+    is a ProtocolError, never a traceback."""
+    try:
+        return json.loads(arg)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(None, f"bad {what} JSON") from exc
+
+
 def split_fields(arg: bytes) -> list[bytes]:
     """Fields separated by runs of spaces or tabs (PUB, HPUB, MSG arguments)."""
     return _FIELDS_SPACE_TAB.findall(arg)
@@ -206,9 +215,21 @@ class ClientOpParser(_Framer):
         self.unrouted_bytes = 0
         self._interest = interest if scan_pubs is not None else None
         self._on_pub = handler.on_pub
+        self._skipping: bytes | None = None  # a bare op whose line end has not come yet
 
     def feed(self, data: bytes) -> None:
         """Consume bytes; calls the handler per operation; raises ProtocolError to close."""
+        if self._skipping is not None:
+            # The rest of a PING/PONG/+OK line: ignored up to its LF, as the reference does,
+            # and never buffered, however long it is.
+            eol = data.find(b"\n")
+            if eol < 0:
+                return
+            name, self._skipping = self._skipping, None
+            self._bare_op(name)
+            data = data[eol + 1 :]
+            if not data:
+                return
         buf = self._take(data)
         if buf is None:
             # Payload still incomplete; the byte after it must be CR, refused at once if not.
@@ -291,6 +312,12 @@ class ClientOpParser(_Framer):
             self.handler.on_hpub(subject, reply, hdr, payload)
         return size + 2
 
+    def _bare_op(self, name: bytes) -> None:
+        if name == b"PING":
+            self.handler.on_ping()
+        elif name == b"PONG":
+            self.handler.on_pong()
+
     def _hold_partial(self, buf: bytes, pos: int, n: int) -> None:
         """Keep an incomplete control line, refusing it early the way the reference does."""
         if self.awaiting_connect and buf[pos] not in b"Cc":
@@ -298,7 +325,10 @@ class ClientOpParser(_Framer):
         op = _classify(_CLIENT_OPS, buf, pos, n)
         if op == _BAD:
             raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
-        if isinstance(op, tuple) and op[1] != "bare":
+        if isinstance(op, tuple):
+            if op[1] == "bare":
+                self._skipping = op[0]
+                return
             # As the reference, a CR the line end has not followed yet is not counted.
             if n - op[2] - (buf[n - 1] == 13) > self.max_control_line:
                 raise ProtocolError(MAX_CONTROL_LINE_EXCEEDED)
@@ -319,10 +349,7 @@ class ClientOpParser(_Framer):
         name, kind, arg_start = op
         handler = self.handler
         if kind == "bare":
-            if name == b"PING":
-                handler.on_ping()
-            elif name == b"PONG":
-                handler.on_pong()
+            self._bare_op(name)
             return eol + 1
         if arg_start == eol:
             # The reference takes a LF right after the blanks as the first argument byte,
@@ -363,10 +390,7 @@ class ClientOpParser(_Framer):
             handler.on_connect(arg)
             return nxt
         if name == b"INFO":
-            try:
-                json.loads(arg)
-            except ValueError as exc:
-                raise ProtocolError(None, "bad INFO from client") from exc
+            decode_json(arg, "INFO from client")
             return nxt
         if name == b"HMSG":
             # The reference accepts HMSG from a client as an empty message with no subject.
@@ -508,11 +532,7 @@ class ServerOpParser(_Framer):
                     pos = eol + 1
                     continue
                 if name == b"INFO":
-                    try:
-                        info = json.loads(arg)
-                    except ValueError as exc:
-                        raise ProtocolError(None, "bad INFO JSON") from exc
-                    self.handler.on_info(info)
+                    self.handler.on_info(decode_json(arg, "INFO"))
                     pos = eol + 1
                     continue
                 if name == b"MSG":

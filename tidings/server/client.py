@@ -25,6 +25,7 @@ from ..protocol.errors import (
 )
 from ..protocol.parser import ClientOpParser
 from ..protocol.subjects import is_valid_subscription
+from . import flow
 from .sublist import EMPTY_RESULT, Subscription
 
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ class ClientConnection(asyncio.Protocol):
         "pings_out", "last_in", "ping_timer", "auth_timer", "stalled_since", "drain_mark",
         "rtt_start",
         "in_msgs", "in_bytes", "out_msgs", "out_bytes", "started",
-        "congested", "stalled_producers", "stall_timer", "out_vectored",
+        "congested", "stalled_by", "stalling", "stall_timer", "out_vectored",
     )
 
     def __init__(self, server: Server) -> None:
@@ -183,7 +184,9 @@ class ClientConnection(asyncio.Protocol):
         self.started = time.time()
         self.congested = False  # our socket buffer is over the stall mark
         self.out_vectored = False  # `out` holds big payloads: write it as separate buffers
-        self.stalled_producers: list[ClientConnection] = []
+        # Flow control (see flow.py): the consumers we wait for, the producers waiting for us.
+        self.stalled_by: set[ClientConnection] | None = None
+        self.stalling: set[ClientConnection] | None = None
         self.stall_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio callbacks ---------------------------------------------------
@@ -194,10 +197,9 @@ class ClientConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.host, self.port = peer[0], peer[1]
-        # Over 3/4 of max_pending, producers sending to us are paused (as the reference
-        # stalls them) until we drain below half.
-        transport.set_write_buffer_limits(high=opts.max_pending * 3 // 4,
-                                          low=opts.max_pending // 2)
+        # Over the congestion mark, producers sending to us are stalled (flow.py).
+        mark = flow.congestion_mark(opts.max_pending)
+        transport.set_write_buffer_limits(high=mark, low=mark)
         self.cid = server.next_cid()
         self.last_in = time.monotonic()
         transport.write(server.info_for(self))
@@ -219,15 +221,19 @@ class ClientConnection(asyncio.Protocol):
             self.parser.feed(data)
         except ProtocolError as exc:
             self.close_with_error(exc.err, str(exc))
+        except Exception as exc:  # a defect, but one client's input must not leak a traceback
+            log.error("cid=%d closing: internal error on its input: %s: %s",
+                      self.cid, type(exc).__name__, exc)
+            self.close_with_error(None)
         server.flush()
         server.reader = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        for timer in (self.ping_timer, self.auth_timer, self.stall_timer):
+        for timer in (self.ping_timer, self.auth_timer):
             if timer is not None:
                 timer.cancel()
-        self.release_producers()
+        flow.forget(self)
         self.server.unregister(self)
 
     def pause_writing(self) -> None:
@@ -235,32 +241,13 @@ class ClientConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.congested = False
-        self.release_producers()
-
-    # -- back-pressure -------------------------------------------------------
-    def stall(self, producer: ClientConnection) -> None:
-        """Stop reading from `producer` until we drain (or the write deadline passes)."""
-        if producer.closed or producer.transport is None or producer in self.stalled_producers:
-            return
-        producer.transport.pause_reading()
-        self.stalled_producers.append(producer)
-        if self.stall_timer is None:
-            wait = self.server.options.write_deadline or 10.0
-            self.stall_timer = self.server.loop.call_later(wait, self.release_producers)
-
-    def release_producers(self) -> None:
-        if self.stall_timer is not None:
-            self.stall_timer.cancel()
-            self.stall_timer = None
-        producers, self.stalled_producers = self.stalled_producers, []
-        for producer in producers:
-            if not producer.closed and producer.transport is not None:
-                producer.transport.resume_reading()
+        flow.drained(self)
 
     def slow_consumer(self, why: str) -> None:
         self.server.slow_consumers += 1
         log.warning("cid=%d slow consumer: %s", self.cid, why)
         self.abort()
+        flow.forget(self)
 
     # -- output --------------------------------------------------------------
     def queue(self, data: bytes) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import __version__
 from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
+from . import flow
 from .client import ClientConnection, Frame
 from .options import ServerOptions
 from .sublist import Sublist, Subscription
@@ -230,6 +231,8 @@ class Server:
         self.dirty = []
         max_pending = self.options.max_pending
         reader = self.reader
+        congested: list[ClientConnection] = []
+        deliveries = 0
         for client in dirty:
             out = client.out
             transport = client.transport
@@ -244,12 +247,15 @@ class Server:
                 data = out[0] if len(out) == 1 else b"".join(out)
                 client.out_bytes += len(data)
                 transport.write(data)
-            out.clear()
             if client.congested:
                 if transport.get_write_buffer_size() > max_pending:
-                    client.slow_consumer(f"more than {max_pending} bytes pending")
+                    client.slow_consumer(f"MaxPending of {max_pending} exceeded")
                 elif reader is not None and reader is not client:
-                    client.stall(reader)
+                    congested.append(client)
+                    deliveries += len(out)
+            out.clear()
+        if congested:
+            flow.stall(reader, congested, deliveries, self.loop)
 
     def _sweep_writes(self) -> None:
         """Close clients whose socket has not drained for longer than the write deadline."""

@@ -1,20 +1,30 @@
 """The subject index: which subscriptions match a published subject.
 
 Literal subscriptions live in a dict keyed by subject; wildcard subscriptions in a token trie.
-`match` answers from a result cache, so a publish to a known subject costs one dict lookup.
-Insert and remove keep the cache valid by dropping only the entries they affect.
+Every bucket is an insertion-ordered dict, so removing one of 50,000 subscriptions on a
+subject is O(1). Matching walks the trie with an explicit stack: a subject of thousands of
+tokens costs no recursion.
+
+`match` answers from a bounded result cache (`cache`, which the parser also reads to skip
+publishes nobody listens to), so a publish to a known subject costs one dict lookup. The
+cached subjects are indexed by token in a second trie, so an insert or remove drops exactly
+the entries it affects by walking its pattern through that trie: its cost follows the
+entries it matches, never the size of the cache.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..protocol.subjects import has_wildcard, subject_matches
+from ..protocol.subjects import has_wildcard
 
 # A match result: (plain subscriptions, queue groups), each group a tuple of subscriptions.
 Result = tuple[tuple["Subscription", ...], tuple[tuple["Subscription", ...], ...]]
 EMPTY_RESULT: Result = ((), ())
-MAX_CACHE = 65536
+# Cached results; when full the cache starts over (rebuilt on demand by later publishes).
+MAX_CACHE = 4096
+
+Bucket = dict["Subscription", None]
 
 
 class Subscription:
@@ -39,21 +49,90 @@ class _Node:
     def __init__(self) -> None:
         self.children: dict[bytes, _Node] = {}
         self.pwc: _Node | None = None
-        self.fwc: list[Subscription] = []
-        self.subs: list[Subscription] = []
+        self.fwc: Bucket = {}
+        self.subs: Bucket = {}
 
     def empty(self) -> bool:
         return not (self.children or self.pwc or self.fwc or self.subs)
+
+
+class _CacheIndex:
+    """The cached subjects as a token trie: nested dicts, the key None marking a subject's end.
+
+    Subjects with an empty token are not indexed: they match nothing, whatever is subscribed.
+    """
+
+    __slots__ = ("root",)
+
+    def __init__(self) -> None:
+        self.root: dict[Any, Any] = {}
+
+    def add(self, subject: bytes) -> None:
+        node = self.root
+        for tok in subject.split(b"."):
+            nxt = node.get(tok)
+            if nxt is None:
+                nxt = node[tok] = {}
+            node = nxt
+        node[None] = subject
+
+    def discard(self, subject: bytes) -> None:
+        path: list[tuple[dict[Any, Any], bytes]] = []
+        node = self.root
+        for tok in subject.split(b"."):
+            nxt = node.get(tok)
+            if nxt is None:
+                return
+            path.append((node, tok))
+            node = nxt
+        node.pop(None, None)
+        for parent, tok in reversed(path):
+            if parent[tok]:
+                return
+            del parent[tok]
+
+    def matching(self, pattern: bytes) -> list[bytes]:
+        """The indexed subjects that the (wildcard or literal) `pattern` matches."""
+        toks = pattern.split(b".")
+        n = len(toks)
+        found: list[bytes] = []
+        stack: list[tuple[dict[Any, Any], int]] = [(self.root, 0)]
+        while stack:
+            node, i = stack.pop()
+            if i == n:
+                subject = node.get(None)
+                if subject is not None:
+                    found.append(subject)
+                continue
+            tok = toks[i]
+            if tok == b">":
+                # Every subject below, at any depth of one token or more.
+                below = [child for key, child in node.items() if key is not None]
+                while below:
+                    sub_node = below.pop()
+                    for key, child in sub_node.items():
+                        if key is None:
+                            found.append(child)
+                        else:
+                            below.append(child)
+            elif tok == b"*":
+                stack.extend((child, i + 1) for key, child in node.items() if key is not None)
+            else:
+                child = node.get(tok)
+                if child is not None:
+                    stack.append((child, i + 1))
+        return found
 
 
 class Sublist:
     """Subscriptions indexed by subject, with a cache of match results."""
 
     def __init__(self) -> None:
-        self._literal: dict[bytes, list[Subscription]] = {}
+        self._literal: dict[bytes, Bucket] = {}
         self._root = _Node()
         self._wildcards = 0
-        self.cache: dict[bytes, Result] = {}
+        self.cache: dict[bytes, Result] = {}  # the same dict for the server's lifetime
+        self._cached = _CacheIndex()
         self.count = 0
 
     def insert(self, sub: Subscription) -> None:
@@ -65,15 +144,17 @@ class Sublist:
                 node = self._child(node, tok)
             last = tokens[-1]
             if last == b">":
-                node.fwc.append(sub)
+                node.fwc[sub] = None
             else:
-                self._child(node, last).subs.append(sub)
+                self._child(node, last).subs[sub] = None
             self._wildcards += 1
-            self._invalidate_pattern(subject)
         else:
-            self._literal.setdefault(subject, []).append(sub)
-            self.cache.pop(subject, None)
+            bucket = self._literal.get(subject)
+            if bucket is None:
+                bucket = self._literal[subject] = {}
+            bucket[sub] = None
         self.count += 1
+        self._invalidate(subject)
 
     def remove(self, sub: Subscription) -> bool:
         subject = sub.subject
@@ -96,21 +177,18 @@ class Sublist:
                 if node is None:
                     return False
                 bucket = node.subs
-            if sub not in bucket:
+            if bucket.pop(sub, 0) is not None:
                 return False
-            bucket.remove(sub)
             self._prune(path, node)
             self._wildcards -= 1
-            self._invalidate_pattern(subject)
         else:
-            subs = self._literal.get(subject)
-            if not subs or sub not in subs:
+            bucket = self._literal.get(subject)
+            if bucket is None or bucket.pop(sub, 0) is not None:
                 return False
-            subs.remove(sub)
-            if not subs:
+            if not bucket:
                 del self._literal[subject]
-            self.cache.pop(subject, None)
         self.count -= 1
+        self._invalidate(subject)
         return True
 
     def match(self, subject: bytes) -> Result:
@@ -120,11 +198,12 @@ class Sublist:
         plain: list[Subscription] = []
         groups: dict[bytes, list[Subscription]] = {}
         literal = self._literal.get(subject)
+        indexed = True
         if not subject or subject[0] == 46 or subject[-1] == 46 or b".." in subject:
             # A subject with an empty token matches nothing, as in the reference.
-            pass
+            indexed = False
         elif self._wildcards:
-            _match_level(self._root, subject.split(b"."), 0, plain, groups, literal)
+            _match_trie(self._root, subject.split(b"."), literal, plain, groups)
         elif literal:
             _collect(literal, plain, groups)
         if plain or groups:
@@ -133,13 +212,27 @@ class Sublist:
             result = EMPTY_RESULT
         cache = self.cache
         if len(cache) >= MAX_CACHE:
-            # Drop an arbitrary quarter; entries are rebuilt on demand.
-            for key in list(cache)[: MAX_CACHE // 4]:
-                del cache[key]
+            cache.clear()
+            self._cached = _CacheIndex()
         cache[subject] = result
+        if indexed:
+            self._cached.add(subject)
         return result
 
     # -- internals -----------------------------------------------------------
+    def _invalidate(self, pattern: bytes) -> None:
+        """Drop the cached results an insert or remove of `pattern` changes."""
+        cache = self.cache
+        if not cache:
+            return
+        if not has_wildcard(pattern):
+            if cache.pop(pattern, None) is not None:
+                self._cached.discard(pattern)
+            return
+        for subject in self._cached.matching(pattern):
+            del cache[subject]
+            self._cached.discard(subject)
+
     @staticmethod
     def _child(node: _Node, tok: bytes) -> _Node:
         if tok == b"*":
@@ -162,15 +255,8 @@ class Sublist:
                 parent.children.pop(tok, None)
             node = parent
 
-    def _invalidate_pattern(self, pattern: bytes) -> None:
-        stale = [s for s in self.cache if subject_matches(pattern, s)]
-        for s in stale:
-            del self.cache[s]
 
-
-def _collect(
-    subs: list[Subscription], plain: list[Subscription], groups: dict[bytes, list[Subscription]]
-) -> None:
+def _collect(subs: Bucket, plain: list[Subscription], groups: dict[bytes, list[Subscription]]) -> None:
     for sub in subs:
         if sub.queue is None:
             plain.append(sub)
@@ -178,39 +264,49 @@ def _collect(
             groups.setdefault(sub.queue, []).append(sub)
 
 
-def _match_level(
-    node: _Node,
+def _match_trie(
+    root: _Node,
     tokens: list[bytes],
-    i: int,
+    literal: Bucket | None,
     plain: list[Subscription],
     groups: dict[bytes, list[Subscription]],
-    literal: list[Subscription] | None = None,
 ) -> None:
-    """Collect the subscriptions matching tokens[i:] below `node`, in the reference's order:
-    at each level `>` subscriptions, then what matches under `*`, then on down the literal
-    token; at the end the literal subscriptions (`literal`, kept outside the trie) and then
-    the last level's `*` ones."""
+    """Collect the subscriptions matching `tokens`, in the reference's order: at each level
+    `>` subscriptions, then what matches under `*`, then on down the literal token; at the
+    end the literal subscriptions (`literal`, kept outside the trie) and then the last
+    level's `*` ones.
+
+    Iterative: a frame (node, i, literal, resumed) is a walk down from `node` at token i; a
+    walk that meets a `*` branch pushes its own continuation (resumed) under the branch's
+    walk, so the branch is collected first, as a recursive walk would.
+    """
     n = len(tokens)
-    pwc: _Node | None = None
-    child: _Node | None = None
-    while i < n:
-        if node.fwc:
-            _collect(node.fwc, plain, groups)
-        pwc = node.pwc
-        if pwc is not None:
-            _match_level(pwc, tokens, i + 1, plain, groups)
-        child = node.children.get(tokens[i])
-        i += 1
-        if child is None:
-            if i < n:
+    stack: list[tuple[_Node, int, Bucket | None, bool]] = [(root, 0, literal, False)]
+    while stack:
+        node, i, literal, resumed = stack.pop()
+        while True:
+            if not resumed:
+                if node.fwc:
+                    _collect(node.fwc, plain, groups)
+                pwc = node.pwc
+                if pwc is not None and i + 1 < n:
+                    stack.append((node, i, literal, True))
+                    stack.append((pwc, i + 1, None, False))
+                    break
+            resumed = False
+            child = node.children.get(tokens[i])
+            i += 1
+            if i == n:
+                if child is not None and child.subs:
+                    _collect(child.subs, plain, groups)
                 if literal:
                     _collect(literal, plain, groups)
-                return
-            break
-        node = child
-    if child is not None and child.subs:
-        _collect(child.subs, plain, groups)
-    if literal:
-        _collect(literal, plain, groups)
-    if pwc is not None and pwc.subs:
-        _collect(pwc.subs, plain, groups)
+                pwc = node.pwc
+                if pwc is not None and pwc.subs:
+                    _collect(pwc.subs, plain, groups)
+                break
+            if child is None:
+                if literal:
+                    _collect(literal, plain, groups)
+                break
+            node = child

@@ -4,7 +4,7 @@ same options, shared by the whole session, and the differential summary line."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -105,3 +105,34 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         tr.write_line(f"  allowed ({', '.join(names)}): {reason}")
     for name in differ:
         tr.write_line(f"  UNEXPECTED difference: {name}")
+
+
+@pytest.fixture(params=["tidings", "reference"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def port(kind: str, server_pairs: ServerPair) -> int:
+    """The session's default server of this kind."""
+    return server_pairs.get(kind, "default").port
+
+
+@pytest.fixture
+def start(kind: str) -> Iterator[Callable[..., RunningServer]]:
+    """Start a server of this kind with options; stopped after the test."""
+    started: list[RunningServer] = []
+
+    def make(**opts: Any) -> RunningServer:
+        if kind == "tidings":
+            # Without the embedded streaming server: its own connections would count
+            # against max_connections, and the reference has none.
+            server = start_tidings(extra_args=NO_STREAMING, **opts)
+        else:
+            server = start_reference(**opts)
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from tests.servers import RunningServer, start_reference, start_tidings
+from tests.servers import RunningServer
 
-from .conftest import NO_STREAMING, ServerPair
+from .conftest import ServerPair
 from .rawnats import CONNECT_PLAIN, RawConn, info_of
 
 QUIET = b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n'
@@ -27,40 +27,6 @@ ERR_UNKNOWN = b"-ERR 'Unknown Protocol Operation'\r\n"
 ERR_MAX_PAYLOAD = b"-ERR 'Maximum Payload Violation'\r\n"
 ERR_CONTROL_LINE = b"-ERR 'maximum control line exceeded'\r\n"
 ERR_AUTH = b"-ERR 'Authorization Violation'\r\n"
-
-KINDS = ["tidings", "reference"]
-
-
-@pytest.fixture(params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-@pytest.fixture
-def port(kind: str, server_pairs: ServerPair) -> int:
-    """The session's default server of this kind."""
-    return server_pairs.get(kind, "default").port
-
-
-@pytest.fixture
-def start(kind: str) -> Iterator[Callable[..., RunningServer]]:
-    """Start a server of this kind with options; stopped after the test."""
-    started: list[RunningServer] = []
-
-    def make(**opts: Any) -> RunningServer:
-        if kind == "tidings":
-            # Without the embedded streaming server: its own connections would count
-            # against max_connections, and the reference has none.
-            server = start_tidings(extra_args=NO_STREAMING, **opts)
-        else:
-            server = start_reference(**opts)
-        started.append(server)
-        return server
-
-    yield make
-    for server in started:
-        server.stop()
-
 
 def connected(port: int, connect: bytes = QUIET, **kw: Any) -> RawConn:
     conn = RawConn(port, **kw)
