@@ -113,6 +113,7 @@ async def test_bad_requests_are_refused_with_the_reason(stan):
     await publish_n(sc, "f.ok", 2)
     cases = [
         (b"not json", "not JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, "not JSON"),  # too deep for the decoder
         (b"[1, 2]", "JSON object"),
         (json.dumps({"channel": "f.*", "start": 1, "end": 2}).encode(), "invalid channel"),
         (json.dumps({"channel": "f.ok", "start": 5, "end": 2}).encode(), "start (5) > end (2)"),

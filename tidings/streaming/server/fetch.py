@@ -57,7 +57,7 @@ def _parse(data: bytes) -> tuple[str, int, int, int]:
     """channel, start, end, max_bytes of a request; ValueError with the reason."""
     try:
         req = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # RecursionError: nested too deep to decode
         raise ValueError("request is not JSON") from None
     if not isinstance(req, dict):
         raise ValueError("request must be a JSON object")
