@@ -100,6 +100,11 @@ def decode_connect(arg: bytes) -> dict[str, Any]:
 FIRST_PING_INTERVAL = 2.0
 RTT_INTERVAL = 3600.0
 
+# A read larger than FEED_SLICE is parsed slice by slice; after FEED_BUDGET seconds the rest
+# waits for the next loop turn, so one client's read never blocks the others for long.
+FEED_SLICE = 16 * 1024
+FEED_BUDGET = 0.004
+
 # Payloads from this size on are written as their own buffer instead of being copied into
 # each receiver's frame.
 BIG_PAYLOAD = 32 * 1024
@@ -141,6 +146,7 @@ class ClientConnection(asyncio.Protocol):
         "rtt_start",
         "in_msgs", "in_bytes", "out_msgs", "out_bytes", "started",
         "congested", "stalled_by", "stalling", "stall_timer", "out_vectored",
+        "backlog", "input_paused",
     )
 
     def __init__(self, server: Server) -> None:
@@ -188,6 +194,8 @@ class ClientConnection(asyncio.Protocol):
         self.stalled_by: set[ClientConnection] | None = None
         self.stalling: set[ClientConnection] | None = None
         self.stall_timer: asyncio.TimerHandle | None = None
+        self.backlog: bytes | None = None  # input read but not parsed yet (see _consume)
+        self.input_paused = False
 
     # -- asyncio callbacks ---------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -215,20 +223,83 @@ class ClientConnection(asyncio.Protocol):
         if self.closed:
             return
         self.last_in = time.monotonic()
+        if self.backlog is not None:  # still working through an earlier read: queue behind
+            self.backlog += data
+            self.pause_input()
+            return
+        rest = self._consume(data)
+        if rest is not None:
+            self.backlog = rest
+            self.pause_input()
+            self.server.loop.call_soon(self._work_backlog)
+
+    def _consume(self, data: bytes) -> bytes | None:
+        """Parse and route `data`, then flush. A large read is parsed a slice at a time and
+        given up after FEED_BUDGET seconds, so that a read full of costly operations does
+        not hold up every other client: the bytes left are returned, to go on next turn."""
         server = self.server
         server.reader = self
+        rest = None
         try:
-            self.parser.feed(data)
+            if len(data) <= FEED_SLICE:
+                self.parser.feed(data)
+            else:
+                deadline = time.perf_counter() + FEED_BUDGET
+                pos, n = 0, len(data)
+                while pos < n and not self.closed:
+                    self.parser.feed(data[pos : pos + FEED_SLICE])
+                    pos += FEED_SLICE
+                    if pos < n and time.perf_counter() > deadline:
+                        rest = data[pos:]
+                        break
         except ProtocolError as exc:
+            rest = None
             self.close_with_error(exc.err, str(exc))
         except Exception as exc:  # a defect, but one client's input must not leak a traceback
+            rest = None
             log.error("cid=%d closing: internal error on its input: %s: %s",
                       self.cid, type(exc).__name__, exc)
             self.close_with_error(None)
         server.flush()
         server.reader = None
+        return rest
+
+    def _work_backlog(self) -> None:
+        if self.closed or self.stalled_by or self.backlog is None:
+            return  # a stall's end resumes the work (resume_input)
+        data, self.backlog = self.backlog, None
+        rest = self._consume(data)
+        if rest is not None:
+            self.backlog = rest
+            self.server.loop.call_soon(self._work_backlog)
+        else:
+            self.resume_input()
+
+    def pause_input(self) -> None:
+        """Stop reading the socket (a flow-control stall, or input still being worked on)."""
+        transport = self.transport
+        if not self.input_paused and transport is not None and not transport.is_closing():
+            transport.pause_reading()
+            self.input_paused = True
+
+    def resume_input(self) -> None:
+        """Go on with input unless something still holds it."""
+        if self.closed or self.stalled_by:
+            return
+        if self.backlog is not None:
+            self.server.loop.call_soon(self._work_backlog)
+            return
+        transport = self.transport
+        if self.input_paused and transport is not None and not transport.is_closing():
+            transport.resume_reading()
+            self.input_paused = False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.backlog is not None and not self.closed:
+            # What the client sent before it went is still served, as the reference does.
+            data, self.backlog = self.backlog, None
+            while data is not None and not self.closed:
+                data = self._consume(data)
         self.closed = True
         for timer in (self.ping_timer, self.auth_timer):
             if timer is not None:

@@ -9,8 +9,10 @@ one stuck consumer slows its producers down but never freezes them, nor anybody 
 A consumer past max_pending is a slow consumer and is closed (Server.flush), as is one whose
 socket makes no progress for the write deadline (Server._sweep_writes).
 
-The connections involved carry three attributes: `stalled_by` (the consumers a stalled
-producer waits for), `stalling` (the producers waiting for a consumer) and `stall_timer`.
+The connections involved carry three attributes, `stalled_by` (the consumers a stalled
+producer waits for), `stalling` (the producers waiting for a consumer) and `stall_timer`,
+and two methods: `pause_input()` and `resume_input()` (which resumes only when nothing else
+holds the connection's input).
 """
 
 from __future__ import annotations
@@ -32,8 +34,7 @@ def stall(
     producer: Any, consumers: Iterable[Any], deliveries: int, loop: asyncio.AbstractEventLoop
 ) -> None:
     """Pause reading `producer` until each of `consumers` drains, for at most the stall bound."""
-    transport = producer.transport
-    if producer.closed or transport is None or transport.is_closing():
+    if producer.closed:
         return
     waits = producer.stalled_by
     if waits is None:
@@ -47,7 +48,7 @@ def stall(
             consumer.stalling = set()
         consumer.stalling.add(producer)
     if first and waits:
-        transport.pause_reading()
+        producer.pause_input()
         ttl = min(STALL_TOTAL, STALL_MIN * max(1, deliveries))
         producer.stall_timer = loop.call_later(ttl, resume, producer)
 
@@ -79,9 +80,7 @@ def resume(producer: Any) -> None:
             if consumer.stalling is not None:
                 consumer.stalling.discard(producer)
         waits.clear()
-    transport = producer.transport
-    if not producer.closed and transport is not None and not transport.is_closing():
-        transport.resume_reading()
+    producer.resume_input()
 
 
 def forget(conn: Any) -> None:

@@ -24,6 +24,8 @@ log = logging.getLogger("tidings.server")
 # The NATS protocol level we implement; clients gate features (headers, no responders) on it.
 NATS_VERSION = "2.11.0"
 _B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+# Subscriptions of a closed connection removed per loop turn (about 1 ms of work).
+DROP_CHUNK = 1000
 
 
 def new_server_id() -> str:
@@ -157,10 +159,19 @@ class Server:
         self.internal.discard(client.cid)
         if self._all_gone is not None and not self.clients:
             self._all_gone.set()
-        for sub in client.subs.values():
-            sub.closed = True
-            self.sublist.remove(sub)
+        subs = list(client.subs.values())
         client.subs.clear()
+        for sub in subs:
+            sub.closed = True  # delivery skips it from now on, wherever it still is
+        self._drop_subs(subs, 0)
+
+    def _drop_subs(self, subs: list[Subscription], start: int) -> None:
+        """Take a closed connection's subscriptions out of the index, a chunk per loop turn:
+        tens of thousands of them never hold up the other clients."""
+        end = start + DROP_CHUNK
+        self.sublist.remove_batch(subs[start:end])
+        if end < len(subs):
+            self.loop.call_soon(self._drop_subs, subs, end)
 
     def authenticate(self, connect: dict[str, Any]) -> bool:
         opts = self.options

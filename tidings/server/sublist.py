@@ -14,6 +14,7 @@ entries it matches, never the size of the cache.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ..protocol.subjects import has_wildcard
@@ -23,6 +24,8 @@ Result = tuple[tuple["Subscription", ...], tuple[tuple["Subscription", ...], ...
 EMPTY_RESULT: Result = ((), ())
 # Cached results; when full the cache starts over (rebuilt on demand by later publishes).
 MAX_CACHE = 4096
+# A batch removal larger than this drops the whole cache instead of its entries one by one.
+BATCH_INVALIDATE = 16
 
 Bucket = dict["Subscription", None]
 
@@ -157,6 +160,26 @@ class Sublist:
         self._invalidate(subject)
 
     def remove(self, sub: Subscription) -> bool:
+        if not self._unlink(sub):
+            return False
+        self._invalidate(sub.subject)
+        return True
+
+    def remove_batch(self, subs: Iterable[Subscription]) -> None:
+        """Remove many subscriptions (a closing connection's) at once. Past a handful, the
+        whole cache is dropped once, as the reference does, instead of entry by entry."""
+        subs = list(subs)
+        if len(subs) <= BATCH_INVALIDATE:
+            for sub in subs:
+                self.remove(sub)
+            return
+        for sub in subs:
+            self._unlink(sub)
+        self.cache.clear()
+        self._cached = _CacheIndex()
+
+    def _unlink(self, sub: Subscription) -> bool:
+        """Take `sub` out of the index (the cache is the caller's business)."""
         subject = sub.subject
         if has_wildcard(subject):
             tokens = subject.split(b".")
@@ -188,7 +211,6 @@ class Sublist:
             if not bucket:
                 del self._literal[subject]
         self.count -= 1
-        self._invalidate(subject)
         return True
 
     def match(self, subject: bytes) -> Result:
