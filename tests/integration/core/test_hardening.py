@@ -153,3 +153,17 @@ def test_stuck_consumer_stalls_its_publisher_only_briefly(
     finally:
         stuck.close()
     assert os.path.exists(f"/proc/{server.pid}")
+
+
+def test_everything_sent_before_a_close_is_delivered(start: Callable[..., RunningServer]) -> None:
+    """A large burst is worked through over several loop turns; a client that closes right
+    after sending it still has every message delivered."""
+    server = start()
+    n = 50_000
+    with connected(server.port) as sub:
+        sub.send(b"SUB burst 1\r\n")
+        sub.barrier()
+        pub = connected(server.port)
+        pub.send((b"PUB burst 100\r\n" + b"x" * 100 + b"\r\n") * n)
+        pub.close()
+        assert sub.count_msgs(n, timeout=20) == n
