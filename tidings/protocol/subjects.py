@@ -71,7 +71,8 @@ def has_wildcard(subject: bytes) -> bool:
     """True when some token of `subject` is exactly `*` or `>`."""
     if b"*" not in subject and b">" not in subject:
         return False
-    return any(tok == b"*" or tok == b">" for tok in subject.split(b"."))
+    tokens = subject.split(b".")
+    return b"*" in tokens or b">" in tokens
 
 
 def subject_matches(pattern: bytes | str, subject: bytes | str) -> bool:

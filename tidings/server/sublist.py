@@ -140,7 +140,8 @@ class Sublist:
 
     def insert(self, sub: Subscription) -> None:
         subject = sub.subject
-        if has_wildcard(subject):
+        wildcard = has_wildcard(subject)
+        if wildcard:
             node = self._root
             tokens = subject.split(b".")
             for tok in tokens[:-1]:
@@ -157,12 +158,15 @@ class Sublist:
                 bucket = self._literal[subject] = {}
             bucket[sub] = None
         self.count += 1
-        self._invalidate(subject)
+        if self.cache:
+            self._invalidate(subject, wildcard)
 
     def remove(self, sub: Subscription) -> bool:
-        if not self._unlink(sub):
+        wildcard = self._unlink(sub)
+        if wildcard is None:
             return False
-        self._invalidate(sub.subject)
+        if self.cache:
+            self._invalidate(sub.subject, wildcard)
         return True
 
     def remove_batch(self, subs: Iterable[Subscription]) -> None:
@@ -178,8 +182,9 @@ class Sublist:
         self.cache.clear()
         self._cached = _CacheIndex()
 
-    def _unlink(self, sub: Subscription) -> bool:
-        """Take `sub` out of the index (the cache is the caller's business)."""
+    def _unlink(self, sub: Subscription) -> bool | None:
+        """Take `sub` out of the index (the cache is the caller's business). Returns
+        whether its subject has a wildcard, or None when it was not in the index."""
         subject = sub.subject
         if has_wildcard(subject):
             tokens = subject.split(b".")
@@ -190,7 +195,7 @@ class Sublist:
                 path.append((node, tok))
                 node = node.pwc if tok == b"*" else node.children.get(tok)
                 if node is None:
-                    return False
+                    return None
             last = tokens[-1]
             if last == b">":
                 bucket = node.fwc
@@ -198,20 +203,21 @@ class Sublist:
                 path.append((node, last))
                 node = node.pwc if last == b"*" else node.children.get(last)
                 if node is None:
-                    return False
+                    return None
                 bucket = node.subs
             if bucket.pop(sub, 0) is not None:
-                return False
+                return None
             self._prune(path, node)
             self._wildcards -= 1
-        else:
-            bucket = self._literal.get(subject)
-            if bucket is None or bucket.pop(sub, 0) is not None:
-                return False
-            if not bucket:
-                del self._literal[subject]
+            self.count -= 1
+            return True
+        bucket = self._literal.get(subject)
+        if bucket is None or bucket.pop(sub, 0) is not None:
+            return None
+        if not bucket:
+            del self._literal[subject]
         self.count -= 1
-        return True
+        return False
 
     def match(self, subject: bytes) -> Result:
         result = self.cache.get(subject)
@@ -242,12 +248,10 @@ class Sublist:
         return result
 
     # -- internals -----------------------------------------------------------
-    def _invalidate(self, pattern: bytes) -> None:
+    def _invalidate(self, pattern: bytes, wildcard: bool) -> None:
         """Drop the cached results an insert or remove of `pattern` changes."""
         cache = self.cache
-        if not cache:
-            return
-        if not has_wildcard(pattern):
+        if not wildcard:
             if cache.pop(pattern, None) is not None:
                 self._cached.discard(pattern)
             return
