@@ -314,8 +314,10 @@ class Client:
 
     def _set_status(self, status: int) -> None:
         self._status = status
+        # The fast path is closed while the transport is full, so every publish waits then.
         self._fast_max = (
-            min(LARGE_PAYLOAD - 1, self._max_payload) if status == CONNECTED else -1
+            min(LARGE_PAYLOAD - 1, self._max_payload)
+            if status == CONNECTED and self._write_limit else -1
         )
 
     def _apply_info(self, info: dict[str, Any], initial: bool = False) -> None:
@@ -353,6 +355,7 @@ class Client:
     def on_write_paused(self, conn: Connection, paused: bool) -> None:
         if conn is self._conn:
             self._write_limit = 0 if paused else SOFT_WRITE_LIMIT
+            self._set_status(self._status)
 
     def on_connection_lost(self, conn: Connection, reason: BaseException) -> None:
         if conn is not self._conn:
@@ -503,7 +506,7 @@ class Client:
         if not self._flush_queued:
             self._flush_queued = True
             self._loop.call_soon(self._flush_soon)
-        if len(buf) + wb.chunked >= self._write_limit:
+        if len(buf) + wb.chunked >= SOFT_WRITE_LIMIT:
             await self._soft_limit()
 
     def publish_nowait(
