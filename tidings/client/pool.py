@@ -161,6 +161,8 @@ class ServerPool:
             if first is not srv and srv.did_connect and not first.did_connect:
                 keep[srv.identity] = srv
         if len(keep) != len(self.servers):
+            if self.lost is not None:
+                self.lost = keep.get(self.lost.identity, self.lost)
             kept = set(map(id, keep.values()))
             self.servers = [s for s in self.servers if id(s) in kept]
 
