@@ -20,19 +20,21 @@ TOTAL = 64 * 1024 * 1024  # far more than the kernel's socket buffers hold
 BOUND = 1024 * 1024
 
 
-async def _frozen_client(servers: Servers, proxy_factory: Any, **options: Any) -> Any:
+async def _frozen_client(servers: Servers, proxy_factory: Any,
+                         **options: Any) -> tuple[Any, Any]:
+    """A client whose server stopped reading (and writing) right after the handshake."""
     server = servers.start()
     proxy = await proxy_factory(server.port)
     nc = await tidings.client.connect(proxy.url, **options)
     await nc.flush()
     proxy.freeze()
-    return nc
+    return nc, proxy
 
 
 async def test_publish_waits_whatever_the_publishers_rhythm(
     servers: Servers, proxy_factory: Any
 ) -> None:
-    nc = await _frozen_client(servers, proxy_factory)
+    nc, proxy = await _frozen_client(servers, proxy_factory)
     state = {"sent": 0, "max_pending": 0, "inside": False}
 
     async def publisher() -> None:
@@ -55,13 +57,14 @@ async def test_publish_waits_whatever_the_publishers_rhythm(
         assert nc.pending_data_size <= BOUND
     finally:
         task.cancel()
+        proxy.drop()  # else close() gives the frozen socket its 2 s to take the bytes
         await nc.close()
 
 
 async def test_publish_nowait_raises_over_the_pending_bound(
     servers: Servers, proxy_factory: Any
 ) -> None:
-    nc = await _frozen_client(servers, proxy_factory, pending_size=BOUND)
+    nc, proxy = await _frozen_client(servers, proxy_factory, pending_size=BOUND)
     try:
         sent = 0
         with pytest.raises(errors.OutboundBufferLimitError):
@@ -73,13 +76,14 @@ async def test_publish_nowait_raises_over_the_pending_bound(
         assert nc.pending_data_size <= BOUND
         assert nc.is_connected  # refused, not dropped
     finally:
+        proxy.drop()
         await nc.close()
 
 
 async def test_drain_ends_within_its_timeout(
     servers: Servers, proxy_factory: Any, events: Events
 ) -> None:
-    nc = await _frozen_client(servers, proxy_factory, event_cb=events, pending_size=TOTAL)
+    nc, _ = await _frozen_client(servers, proxy_factory, event_cb=events, pending_size=TOTAL)
     await nc.subscribe("flow.drain")
     for _ in range(256):  # 8 MiB the socket will never take
         nc.publish_nowait("flow.drain", CHUNK)
