@@ -3,9 +3,11 @@
 One `Client` owns a server pool, at most one live `Connection`, the subscriptions, a
 `WriteBuffer` of publishes not yet handed to the transport, and an event task that runs the
 user's callbacks in order. Publishes are buffered and written once per event-loop turn (or as
-soon as 64 KiB are waiting, after which the publisher waits for the transport to drain). While
-disconnected, publishes are kept up to `reconnect_buffer_size` bytes and sent after the
-reconnect; beyond that `publish` raises `OutboundBufferLimitError`.
+soon as 64 KiB are waiting). While the transport is over its high-water mark every `publish`
+waits for it to drain, so the bytes held un-sent stay bounded whatever the publisher's rhythm;
+`publish_nowait` raises `OutboundBufferLimitError` instead once `reconnect_buffer_size` bytes
+are held. While disconnected, publishes are kept up to `reconnect_buffer_size` bytes and sent
+after the reconnect; beyond that `publish` raises `OutboundBufferLimitError`.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ DEFAULT_FLUSH_TIMEOUT = 10.0
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 DEFAULT_INBOX_PREFIX = "_INBOX"
 SOFT_WRITE_LIMIT = 64 * 1024
+CLOSE_TIMEOUT = 2.0
 
 CONNECTING, CONNECTED, RECONNECTING, DRAINING_SUBS, DRAINING_PUBS, CLOSED = range(6)
 
@@ -81,6 +84,7 @@ class Client:
         self._info: dict[str, Any] = {}
         self._max_payload = DEFAULT_MAX_PAYLOAD
         self._wbuf = WriteBuffer()
+        self._write_limit = SOFT_WRITE_LIMIT  # buffered bytes at which publish waits; 0: always
         self._flush_queued = False
         self._subs: dict[bytes, Subscription] = {}
         self._ssid = 0
@@ -207,12 +211,14 @@ class Client:
         self._closed_fut = self._loop.create_future()
         self._events = EventDispatcher(callbacks, event_cb)
 
+        if self._pool.unresolved:
+            await self._pool.resolve(connect_timeout)
         last: BaseException | None = None
-        for srv in self._pool.servers:
+        for srv in list(self._pool.servers):
             try:
                 conn = await self._connect_to(srv)
             except (OSError, asyncio.TimeoutError, errors.Error, ssl.SSLError) as exc:
-                srv.failed += 1
+                self._pool.failed(srv, self._loop.time(), self.options["reconnect_delay"])
                 last = exc
                 if self._status == CLOSED:
                     break
@@ -299,8 +305,8 @@ class Client:
         """Make a freshly handshaken connection the live one."""
         self._conn = conn
         self._srv = srv
-        srv.failed = 0
-        srv.did_connect = True
+        self._pool.connected(srv)
+        self._write_limit = 0 if conn.paused else SOFT_WRITE_LIMIT
         self._ever_connected = True
         self._apply_info(conn.info, initial=True)
         conn.go_live(self.options["ping_interval"], self.options["max_outstanding_pings"])
@@ -308,8 +314,10 @@ class Client:
 
     def _set_status(self, status: int) -> None:
         self._status = status
+        # The fast path is closed while the transport is full, so every publish waits then.
         self._fast_max = (
-            min(LARGE_PAYLOAD - 1, self._max_payload) if status == CONNECTED else -1
+            min(LARGE_PAYLOAD - 1, self._max_payload)
+            if status == CONNECTED and self._write_limit else -1
         )
 
     def _apply_info(self, info: dict[str, Any], initial: bool = False) -> None:
@@ -322,6 +330,8 @@ class Client:
             scheme = self._srv.uri.scheme
             tls_name = self._srv.uri.hostname if info.get("tls_required") else None
             added = self._pool.add_discovered(urls, scheme, tls_name)
+            if added and self._pool.unresolved:  # a name among them: merge duplicates soon
+                self._spawn(self._pool.resolve(self.options["connect_timeout"]))
             if added and not initial:
                 self._emit("discovered_server", [s.url for s in added])
         if not initial and info.get("ldm"):
@@ -342,10 +352,17 @@ class Client:
         self._last_error = err
         self._emit("error", err)
 
+    def on_write_paused(self, conn: Connection, paused: bool) -> None:
+        if conn is self._conn:
+            self._write_limit = 0 if paused else SOFT_WRITE_LIMIT
+            self._set_status(self._status)
+
     def on_connection_lost(self, conn: Connection, reason: BaseException) -> None:
         if conn is not self._conn:
             return
         self._conn = None
+        self._write_limit = SOFT_WRITE_LIMIT
+        self._pool.lost = self._srv
         self._pending_flushes.extend(
             f for f in conn.pongs if f is not None and not f.done()
         )
@@ -368,36 +385,38 @@ class Client:
 
     # -- reconnect -------------------------------------------------------------
     async def _reconnect(self) -> None:
+        """Try the server that is due and has failed least; sleep only when none is due."""
         opts = self.options
         max_attempts: int = opts["max_reconnect_attempts"]
         delay_of: Callable[[int], float] = opts["reconnect_delay"]
+        pool = self._pool
+        if pool.unresolved:
+            await pool.resolve(opts["connect_timeout"])
         attempts = 0
         while self._status == RECONNECTING:
-            for srv in self._pool.candidates():
-                attempts += 1
-                if 0 <= max_attempts < attempts:
-                    self._last_error = errors.NoServersError("reconnect attempts exhausted")
-                    self._emit("error", self._last_error)
-                    await self._close()
-                    return
-                delay = delay_of(attempts)
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                if self._status != RECONNECTING:
-                    return
-                try:
-                    conn = await self._connect_to(srv)
-                except Exception as exc:
-                    srv.failed += 1
-                    self._last_error = exc
-                    if isinstance(exc, errors.ServerError):
-                        self._emit("error", exc)
-                    continue
-                if self._status != RECONNECTING:
-                    conn.abort()
-                    return
-                self._resume(conn, srv)
+            srv, wait = pool.next_attempt(self._loop.time())
+            if srv is None:
+                await asyncio.sleep(wait)
+                continue
+            attempts += 1
+            if 0 <= max_attempts < attempts:
+                self._last_error = errors.NoServersError("reconnect attempts exhausted")
+                self._emit("error", self._last_error)
+                await self._close()
                 return
+            try:
+                conn = await self._connect_to(srv)
+            except Exception as exc:
+                pool.failed(srv, self._loop.time(), delay_of)
+                self._last_error = exc
+                if isinstance(exc, errors.ServerError):
+                    self._emit("error", exc)
+                continue
+            if self._status != RECONNECTING:
+                conn.abort()
+                return
+            self._resume(conn, srv)
+            return
 
     def _resume(self, conn: Connection, srv: Server) -> None:
         """After a reconnect: resubscribe, send what was buffered, re-ping waiting flushes."""
@@ -434,15 +453,23 @@ class Client:
         self._subjects[subject] = raw
         return raw
 
-    def _check_can_publish(self, size: int) -> None:
+    def _check_can_publish(self, size: int, nowait: bool = False) -> None:
+        """Raise the error that forbids holding `size` more bytes un-sent, if there is one.
+
+        While disconnected the reconnect buffer is the bound; while connected it bounds only
+        `publish_nowait` (which cannot wait), and one message always fits an empty buffer."""
         status = self._status
         if status == CLOSED:
             raise errors.ConnectionClosedError()
         if status == DRAINING_PUBS:
             raise errors.ConnectionDrainingError()
+        limit = self.options["reconnect_buffer_size"]
         if status in (RECONNECTING, CONNECTING):
-            limit = self.options["reconnect_buffer_size"]
             if limit <= 0 or self._wbuf.size + size > limit:
+                raise errors.OutboundBufferLimitError()
+        elif nowait:
+            pending = self.pending_data_size
+            if pending and pending + size > limit:
                 raise errors.OutboundBufferLimitError()
 
     def _encode_headers(self, headers: Mapping[str, Any] | Headers) -> bytes:
@@ -491,19 +518,21 @@ class Client:
     ) -> None:
         """Buffer a publish at once, without waiting for the socket to drain.
 
-        For code that cannot await (timers, raw callbacks): the caller bounds its own
-        output, since nothing here slows it down. Errors are raised as by publish()."""
+        For code that cannot await (timers, raw callbacks). Errors are raised as by
+        publish(), and `OutboundBufferLimitError` when more than `reconnect_buffer_size`
+        bytes would be held un-sent (buffered here or in the transport)."""
         pre = self._pub_prefixes.get(subject)
         if pre is None:
             pre = self._pub_prefix(subject)
-        self._publish_checked(pre, payload, reply, headers)
+        self._publish_checked(pre, payload, reply, headers, True)
 
     def _publish_checked(self, pre: bytes, payload: bytes, reply: str,
-                         headers: Mapping[str, Any] | Headers | None) -> bool:
+                         headers: Mapping[str, Any] | Headers | None,
+                         nowait: bool = False) -> bool:
         rep = b""
         if reply:
             rep = self._subjects.get(reply) or self._check_subject(reply)
-        return self._publish_raw(pre[4:-1], rep, payload, headers)
+        return self._publish_raw(pre[4:-1], rep, payload, headers, nowait)
 
     def _pub_prefix(self, subject: str | bytes) -> bytes:
         pre = b"PUB " + self._check_subject(subject) + b" "
@@ -513,10 +542,10 @@ class Client:
         return pre
 
     def _publish_raw(self, subj: bytes, rep: bytes, payload: bytes,
-                     headers: Mapping[str, Any] | Headers | None) -> bool:
+                     headers: Mapping[str, Any] | Headers | None, nowait: bool = False) -> bool:
         """Queue a publish of checked subjects (replies and inboxes need no check).
 
-        Returns True when the soft write limit is reached and the caller should wait."""
+        Returns True when the write limit is reached and the caller should wait."""
         n = len(payload)
         if headers is None:
             if n > self._max_payload:
@@ -527,8 +556,8 @@ class Client:
                 head = b"PUB %s %d\r\n" % (subj, n)
         else:
             head = self._hpub_head(subj, rep, n, headers)
-        if self._status != CONNECTED:
-            self._check_can_publish(len(head) + n + 2)
+        if self._status != CONNECTED or nowait:
+            self._check_can_publish(len(head) + n + 2, nowait)
         wb = self._wbuf
         if n < LARGE_PAYLOAD:
             buf = wb.flat
@@ -540,7 +569,7 @@ class Client:
         if not self._flush_queued:
             self._flush_queued = True
             self._loop.call_soon(self._flush_soon)
-        return wb.size >= SOFT_WRITE_LIMIT
+        return wb.size >= self._write_limit
 
     def _hpub_head(self, subj: bytes, rep: bytes, n: int,
                    headers: Mapping[str, Any] | Headers) -> bytes:
@@ -570,7 +599,8 @@ class Client:
             conn.write(data)
 
     async def _soft_limit(self) -> None:
-        """64 KiB are waiting: write them now and wait while the transport is full."""
+        """64 KiB are waiting, or the transport is full: write what is waiting unless the
+        transport is full, and wait while it is."""
         if self._status in (CONNECTING, RECONNECTING):
             return
         conn = self._conn
@@ -776,25 +806,31 @@ class Client:
         if self._status in (CONNECTING, RECONNECTING):
             raise errors.ConnectionReconnectingError()
         limit = self.options["drain_timeout"] if timeout is None else timeout
+        deadline = self._loop.time() + limit  # for the whole drain, closing included
         self._set_status(DRAINING_SUBS)
         subs = list(self._subs.values())
+        timed_out = False
         try:
             await asyncio.wait_for(self._drain_subs(subs), limit)
         except asyncio.TimeoutError:
-            self._emit("error", errors.DrainTimeoutError())
+            timed_out = True
         except errors.Error as exc:
             self._emit("error", exc)
-        if self._status == DRAINING_SUBS:
+        conn = self._conn
+        if self._status == DRAINING_SUBS and conn is not None:
             self._set_status(DRAINING_PUBS)
+            fut: asyncio.Future[None] = self._loop.create_future()
+            self._flush_now()
+            conn.ping(fut)
             try:
-                if self._conn is not None:
-                    fut: asyncio.Future[None] = self._loop.create_future()
-                    self._flush_now()
-                    self._conn.ping(fut)
-                    await asyncio.wait_for(fut, DEFAULT_FLUSH_TIMEOUT)
-            except (asyncio.TimeoutError, errors.Error):
+                await asyncio.wait_for(fut, max(deadline - self._loop.time(), 0.0))
+            except asyncio.TimeoutError:
+                timed_out = True
+            except errors.Error:
                 pass
-        await self._close()
+        if timed_out:
+            self._emit("error", errors.DrainTimeoutError())
+        await self._close(max(deadline - self._loop.time(), 0.0))
 
     async def _drain_subs(self, subs: list[Subscription]) -> None:
         for sub in subs:
@@ -815,7 +851,8 @@ class Client:
         """Close the connection; always returns, whatever state the client is in."""
         await self._close()
 
-    async def _close(self) -> None:
+    async def _close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Close; the socket gets `timeout` seconds to take what is buffered, then is aborted."""
         if self._status == CLOSED:
             if self._closed_fut is not None and not self._closed_fut.done():
                 await asyncio.shield(self._closed_fut)
@@ -834,7 +871,7 @@ class Client:
             wb = self._wbuf
             if wb.size:
                 conn.writelines(wb.take())
-            await conn.close()
+            await conn.close(timeout)
         self._wbuf.clear()
         closed_err = errors.ConnectionClosedError()
         for fut in self._pending_flushes:
@@ -931,7 +968,9 @@ class Client:
 
     @property
     def pending_data_size(self) -> int:
-        return self._wbuf.size
+        """Bytes published but not yet taken by the socket (buffered here or in the transport)."""
+        conn = self._conn
+        return self._wbuf.size + (conn.buffered if conn is not None else 0)
 
     async def __aenter__(self) -> Client:
         return self

@@ -36,6 +36,7 @@ class ConnectionHandler(Protocol):
                payload: bytes) -> None: ...
     def on_async_info(self, info: dict[str, Any]) -> None: ...
     def on_server_error(self, message: str) -> None: ...
+    def on_write_paused(self, conn: Connection, paused: bool) -> None: ...
     def on_connection_lost(self, conn: Connection, reason: BaseException) -> None: ...
 
 
@@ -141,9 +142,11 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.paused = True
+        self.handler.on_write_paused(self, True)
 
     def resume_writing(self) -> None:
         self.paused = False
+        self.handler.on_write_paused(self, False)
         self._wake_drain_waiters()
 
     # -- ServerOpHandler -----------------------------------------------------
@@ -258,6 +261,12 @@ class Connection(asyncio.Protocol):
         """Send a PING whose PONG resolves `fut` (PONGs come back in order)."""
         self.pongs.append(fut)
         self.write(PING)
+
+    @property
+    def buffered(self) -> int:
+        """Bytes the transport holds that the socket has not taken yet."""
+        t = self.transport
+        return t.get_write_buffer_size() if t is not None and self.stage != _DEAD else 0
 
     async def drained(self) -> None:
         """Wait until the transport takes writes again (or the connection is gone)."""

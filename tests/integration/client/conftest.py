@@ -94,10 +94,12 @@ def servers(request: pytest.FixtureRequest) -> Iterator[Servers]:
 
 @dataclass
 class Proxy:
-    """A TCP proxy on loopback; `freeze()` stops forwarding and reading, sockets left open."""
+    """A TCP proxy on loopback; `freeze()` stops forwarding and reading, sockets left open;
+    `drop()` closes the connections (as a server that dies would) and keeps accepting."""
 
     target_port: int
     port: int = 0
+    accepted: int = 0
     _server: asyncio.AbstractServer | None = None
     _pumps: list[asyncio.Task[None]] = field(default_factory=list)
     _writers: list[asyncio.StreamWriter] = field(default_factory=list)
@@ -111,6 +113,7 @@ class Proxy:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         self._writers += [writer, up_writer]
         self._pumps.append(asyncio.create_task(self._pump(reader, up_writer)))
@@ -135,6 +138,13 @@ class Proxy:
         for task in self._pumps:
             task.cancel()
         self._pumps = []
+
+    def drop(self) -> None:
+        """Close every current connection both ways; new connections work normally."""
+        self.freeze()
+        for w in self._writers:
+            w.close()
+        self._writers = []
 
     async def close(self) -> None:
         for task in self._pumps:

@@ -130,14 +130,16 @@ async def test_discovered_servers_join_the_pool(events: Events) -> None:
         cluster=f'{{ name: "c", listen: "127.0.0.1:{cb}", routes: ["nats://127.0.0.1:{ca}"] }}'
     )
     try:
+        # `a` by name: INFO's connect_urls name it 127.0.0.1, which is the same server.
         nc = await tidings.client.connect(
-            a.url, event_cb=events, reconnect_delay=lambda attempt: 0.05,
+            f"nats://localhost:{a.port}", event_cb=events, reconnect_delay=lambda attempt: 0.05,
             max_reconnect_attempts=-1,
         )
         try:
             if not any(u.port == b.port for u in nc.discovered_servers):
                 await events.wait("discovered_server")
-            assert any(u.port == b.port for u in nc.discovered_servers)
+            assert [u.port for u in nc.discovered_servers] == [b.port]
+            assert sorted(u.port for u in nc.servers) == sorted([a.port, b.port])
             sub = await nc.subscribe("cluster.x")
             await nc.flush()
             a.kill()

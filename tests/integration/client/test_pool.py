@@ -50,3 +50,40 @@ def test_discovered_servers_join_once() -> None:
     assert added[0].discovered
     assert pool.add_discovered(["127.0.0.1:5222"], "nats", None) == []
     assert len(pool.servers) == 2
+
+
+async def test_one_server_by_two_names_is_one_entry() -> None:
+    pool = ServerPool.from_urls(["localhost:4222", "127.0.0.1:4222", "[::1]:4222",
+                                 "127.0.0.1:5222", "10.0.0.1:4222", "10.0.0.2:4222"],
+                                randomize=False)
+    await pool.resolve(2.0)
+    assert [s.key for s in pool.servers] == [
+        "localhost:4222", "127.0.0.1:5222", "10.0.0.1:4222", "10.0.0.2:4222"]
+    # A discovered address of a server already listed by name is not a new entry.
+    assert pool.add_discovered(["127.0.0.1:4222", "[::ffff:127.0.0.1]:5222"], "nats", None) == []
+    assert len(pool.servers) == 4
+
+
+def test_lost_server_is_tried_after_the_others() -> None:
+    pool = ServerPool.from_urls(["a:1", "b:2", "c:3"], randomize=False)
+    a, b, c = pool.servers
+    pool.lost = a
+    assert pool.candidates() == [b, c, a]
+    b.failed = 1
+    assert pool.candidates() == [c, a, b]
+
+
+def test_back_off_is_per_server() -> None:
+    pool = ServerPool.from_urls(["a:1", "b:2"], randomize=False)
+    a, b = pool.servers
+    assert pool.next_attempt(100.0) == (a, 0.0)
+    pool.failed(a, 100.0, lambda attempt: 5.0 * (attempt - 1))
+    assert a.retry_at == 105.0
+    assert pool.next_attempt(100.0) == (b, 0.0)  # the other one first, without waiting
+    pool.failed(b, 101.0, default_reconnect_delay)  # the seed's table: 2nd attempt at once
+    assert pool.next_attempt(101.0) == (b, 0.0)
+    pool.failed(b, 101.0, default_reconnect_delay)  # 3rd attempt after 2 ms
+    assert pool.next_attempt(101.0) == (None, pytest.approx(0.002))
+    assert pool.next_attempt(101.01) == (b, 0.0)
+    pool.connected(b)
+    assert (b.failed, b.retry_at) == (0, 0.0)

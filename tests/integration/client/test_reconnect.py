@@ -245,3 +245,45 @@ async def test_server_killed_mid_stream(
         assert tail == list(range(first_buffered[0], sent))
     finally:
         await nc.close()
+
+
+async def test_failover_tries_every_other_server_before_sleeping(
+    servers: Servers, events: Events
+) -> None:
+    # Two of three servers die. The one tried first refuses; the back-off (30 s, far beyond
+    # the wait below) applies to that server only, so the third is tried at once.
+    a, b, c = servers.start(), servers.start(), servers.start()
+    nc = await tidings.client.connect(
+        [a.url, b.url, c.url], dont_randomize=True, event_cb=events,
+        reconnect_time_wait=30, max_reconnect_attempts=-1,
+    )
+    try:
+        assert nc.connected_url is not None and nc.connected_url.port == a.port
+        b.kill()
+        a.kill()
+        await events.wait("reconnected", timeout=10)
+        assert nc.connected_url is not None and nc.connected_url.port == c.port
+    finally:
+        await nc.close()
+
+
+async def test_failover_goes_to_another_server_than_the_lost_one_whatever_its_name(
+    servers: Servers, proxy_factory: Any, events: Events, fast_reconnect: dict[str, Any]
+) -> None:
+    # The server behind the proxy is listed twice (localhost and 127.0.0.1) and still answers
+    # after the proxy drops the connection: the client must go to the other server all the same.
+    a, b = servers.start(), servers.start()
+    proxy = await proxy_factory(a.port)
+    nc = await tidings.client.connect(
+        [f"nats://localhost:{proxy.port}", f"nats://127.0.0.1:{proxy.port}", b.url],
+        dont_randomize=True, event_cb=events, **fast_reconnect,
+    )
+    try:
+        assert nc.connected_url is not None and nc.connected_url.port == proxy.port
+        assert [u.port for u in nc.servers] == [proxy.port, b.port]  # one server, one entry
+        proxy.drop()
+        await events.wait("reconnected")
+        assert nc.connected_url is not None and nc.connected_url.port == b.port
+        assert proxy.accepted == 1
+    finally:
+        await nc.close()
