@@ -36,6 +36,9 @@ class StanConn:
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.25,
             ping_interval=30,
+            # Deliveries and PubAcks may burst far past a client's usual 8 MiB bound; what
+            # the core server holds for one connection (its max_pending) bounds them here.
+            pending_size=64 * 1024 * 1024,
             **opts,
         )
         return cls(nc)
