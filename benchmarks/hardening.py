@@ -20,10 +20,12 @@ The table shows per metric the two figures and the ratio tidings / reference.
                    subscriber that stopped reading (4 KiB receive buffer) and a healthy one: the
                    healthy subscriber's longest gap, the publisher's longest blocked write,
                    request/reply p99 and max, probe max, when the stuck consumer was closed
+                   (watched for 12 s from the start: both servers' write deadline is 10 s)
   streaming-stuck  a core `>` subscriber that stopped reading while a streaming publisher
-                   publishes 1 KiB messages for 5 s: the longest gap between PubAcks. tidings
-                   runs its embedded streaming server; the reference column is the reference
-                   nats-server with `tidings streaming` as a separate process on it
+                   publishes 1 KiB messages for 5 s: the longest gap between PubAcks, when the
+                   stuck subscriber was closed. tidings runs its embedded streaming server; the
+                   reference column is the reference nats-server with `tidings streaming` as a
+                   separate process on it (no reference streaming server is installed)
   deep-subject     a 1,500-token `*.*...` subscriber and an exact one, a publish to the
                    1,500-token subject (max_control_line 64 KiB on both): who got it
 
@@ -65,6 +67,9 @@ PING, PONG = b"PING\r\n", b"PONG\r\n"
 PROBE_INTERVAL = 0.005  # seconds between two round trips of a probe
 SETTLE = 0.2  # seconds for the server to notice a close before a probe is asked to get through
 STUCK_RCVBUF = 4096  # receive buffer of a consumer that stops reading
+# How long after the flood started a stuck consumer is watched for its close: a little longer
+# than the write deadline of both servers (10 s by default).
+STUCK_WATCH = 12.0
 CHURN_CHUNK = 100  # SUB+UNSUB pairs per PING/PONG
 DEEP_TOKENS = 1_500
 ERRORS = (OSError, EOFError, ProtocolError, stan.StanError, nats_errors.Error)
@@ -349,9 +354,13 @@ class CloseWatch:
             await asyncio.sleep(0.02)
         self.closed_after = now() - start
 
+    async def wait(self, deadline: float) -> None:
+        """Until the close was seen or `deadline`."""
+        await within(asyncio.shield(self.task), deadline)
+
     def figure(self) -> Figure:
         if self.closed_after is None:
-            return Figure(text="not closed")
+            return Figure(text=f"not within {STUCK_WATCH:g} s")
         return Figure(self.closed_after)
 
     async def stop(self) -> None:
@@ -604,7 +613,7 @@ async def slow_consumer(s: Session) -> Figures:
     flood_end = start + pub.seconds
     await requests.finish(now() + s.size.limit)
     await probe.finish(now() + s.size.limit)
-    await watch.stop()
+    await watch.wait(start + STUCK_WATCH)
     return {
         "gap": seconds_as_ms(healthy.longest_gap(flood_end),
                              text="healthy closed" if healthy.closed else ""),
@@ -669,7 +678,7 @@ async def streaming_stuck(s: Session) -> Figures:
     if not outcome and not await within(sc.wait_pub_acks(), now() + s.size.limit):
         outcome = "PubAcks missing"
     await probe.finish(now() + s.size.limit)
-    await watch.stop()
+    await watch.wait(start + STUCK_WATCH)
     errors = f"{gaps.errors:,} PubAck errors" if gaps.errors else ""
     return {"gap": seconds_as_ms(gap, ">" if outcome else "", outcome or errors),
             "acks": Figure(gaps.acks / (flood_end - start)), "probe": probe.worst(),
