@@ -43,7 +43,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -125,17 +125,13 @@ def seconds_as_ms(seconds: float, bound: str = "", text: str = "") -> Figure:
     return Figure(seconds * 1000, bound, text)
 
 
-def within(aw: Awaitable[Any], deadline: float) -> Coroutine[Any, Any, bool]:
+async def within(aw: Awaitable[Any], deadline: float) -> bool:
     """Await `aw` until `deadline` (a perf_counter time): True if it finished in time."""
-
-    async def run() -> bool:
-        try:
-            await asyncio.wait_for(aw, max(0.0, deadline - now()))
-            return True
-        except asyncio.TimeoutError:
-            return False
-
-    return run()
+    try:
+        await asyncio.wait_for(aw, max(0.0, deadline - now()))
+        return True
+    except asyncio.TimeoutError:
+        return False
 
 
 # -- raw connections ---------------------------------------------------------------------------
@@ -300,7 +296,7 @@ class Sink:
 
     def __init__(self, conn: Raw) -> None:
         self.received = 0
-        self.last = 0.0
+        self.first = self.last = 0.0
         self.gap = 0.0  # the longest time between two arrivals
         self.task = asyncio.create_task(self._run(conn.reader))
 
@@ -310,6 +306,8 @@ class Sink:
                 t = now()
                 if self.received:
                     self.gap = max(self.gap, t - self.last)
+                else:
+                    self.first = t
                 self.last = t
                 self.received += len(chunk)
 
@@ -317,9 +315,11 @@ class Sink:
     def closed(self) -> bool:
         return self.task.done()
 
-    def longest_gap(self, end: float) -> float:
-        """The longest time without data from the first arrival to `end`."""
-        return max(self.gap, end - self.last) if self.received else 0.0
+    def longest_gap(self, start: float, end: float) -> float:
+        """The longest time without data between `start` and `end`."""
+        if not self.received:
+            return end - start
+        return max(self.gap, self.first - start, end - self.last)
 
     async def stop(self) -> None:
         self.task.cancel()
@@ -329,13 +329,11 @@ class Sink:
 
 def server_side_state(server_port: int, client_port: int) -> str | None:
     """The TCP state of the server's end of a loopback connection (None: gone)."""
-    key = f":{server_port:04X} "
-    peer = f":{client_port:04X} "
+    local, remote = f"0100007F:{server_port:04X}", f"0100007F:{client_port:04X}"
     with open("/proc/net/tcp") as f:
         for line in f:
-            fields = line.split()
-            if len(fields) > 3 and (fields[1] + " ").endswith(key) \
-                    and (fields[2] + " ").endswith(peer):
+            fields = line.split()  # sl, local address, remote address, state, ...
+            if fields[1:3] == [local, remote]:
                 return fields[3]
     return None
 
@@ -615,7 +613,7 @@ async def slow_consumer(s: Session) -> Figures:
     await probe.finish(now() + s.size.limit)
     await watch.wait(start + STUCK_WATCH)
     return {
-        "gap": seconds_as_ms(healthy.longest_gap(flood_end),
+        "gap": seconds_as_ms(healthy.longest_gap(start, flood_end),
                              text="healthy closed" if healthy.closed else ""),
         "stall": seconds_as_ms(pub.stall, ">" if pub.outcome == "gave up" else "", pub.outcome),
         "req_p99": requests.p99(), "req_max": requests.worst(), "probe": probe.worst(),
@@ -810,20 +808,22 @@ def ratio(ours: Figure, theirs: Figure) -> str:
 
 
 def table(rows: list[tuple[Workload, Figures, Figures | None]]) -> Table:
-    out = Table(title="issue 9 hardening: tidings vs reference nats-server "
-                      "(ratio = tidings / reference)", title_justify="left")
+    compared = any(theirs is not None for _, _, theirs in rows)
+    title = ("issue 9 hardening: tidings vs reference nats-server (ratio = tidings / reference)"
+             if compared else "issue 9 hardening: tidings")
+    out = Table(title=title, title_justify="left")
     for name in ("workload", "metric", "unit", "better"):
         out.add_column(name)
-    for name in ("tidings", "reference", "ratio"):
+    for name in ("tidings", "reference", "ratio") if compared else ("tidings",):
         out.add_column(name, justify="right")
     for workload, ours, theirs in rows:
         for i, m in enumerate(workload.metrics):
             mine = ours.get(m.key, Figure())
-            other = theirs.get(m.key, Figure()) if theirs is not None else None
-            out.add_row(workload.name if i == 0 else "", m.title, m.unit, m.better,
-                        mine.show(), "" if other is None else other.show(),
-                        "" if other is None else ratio(mine, other),
-                        end_section=i == len(workload.metrics) - 1)
+            cells = [workload.name if i == 0 else "", m.title, m.unit, m.better, mine.show()]
+            if theirs is not None:
+                other = theirs.get(m.key, Figure())
+                cells += [other.show(), ratio(mine, other)]
+            out.add_row(*cells, end_section=i == len(workload.metrics) - 1)
     return out
 
 
@@ -887,10 +887,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{now() - started:.0f} s in all[/dim]")
     if args.json:
         write_json(args.json, {
-            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "size": size.__dict__,
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "size": asdict(size),
             "rows": [{"workload": w.name, "metric": m.title, "unit": m.unit, "better": m.better,
-                      "tidings": ours.get(m.key, Figure()).__dict__,
-                      "reference": None if theirs is None else theirs.get(m.key, Figure()).__dict__}
+                      "tidings": asdict(ours.get(m.key, Figure())),
+                      "reference": None if theirs is None else asdict(theirs.get(m.key, Figure()))}
                      for w, ours, theirs in rows for m in w.metrics],
         })
     return 0
