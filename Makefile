@@ -6,7 +6,7 @@ RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 SOURCES := pyproject.toml setup.py tidings/protocol/_speedups.c
 
-.PHONY: run test lint bench bench-spark pipeline-demo clean
+.PHONY: run test lint bench bench-hardening bench-spark pipeline-demo clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/compare.py
+
+bench-hardening: $(STAMP)
+	$(PY) benchmarks/hardening.py
 
 bench-spark: $(STAMP)
 	$(PY) benchmarks/spark_read.py
