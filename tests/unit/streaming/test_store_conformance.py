@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ from tidings.streaming.stores import (
     MsgRecord,
     Store,
     StoreLimits,
+    StoreLockedError,
     SubRecord,
     TooManyChannelsError,
     TooManySubsError,
@@ -399,3 +401,26 @@ def test_sync_from_another_thread_while_storing(durable_opener: Opener) -> None:
     msgs = store.get_msgs("foo", 1, 5000)
     assert [m.data for m in msgs] == [b"%d" % i for i in range(1, 3001)]
     assert store.subs("foo")[0].pending == set(range(1, 3001, 2))
+
+
+# --- one server per store ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_second_sql_store_on_the_same_database_is_refused(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    opener = _opener(kind, request, tmp_path)
+    open_ = next(opener)
+    first = open_()
+    first.store_msg("foo", "", b"one")
+    first.sync()
+    with pytest.raises(StoreLockedError, match=rf"in use by another server \(pid {os.getpid()}\)"):
+        open_()
+    # the refused store wrote nothing: the first keeps working
+    assert first.store_msg("foo", "", b"two") == 2
+    first.sync()
+    first.close()
+    again = open_()
+    assert [m.data for m in again.get_msgs("foo", 1, 10)] == [b"one", b"two"]
+    next(opener, None)

@@ -20,7 +20,6 @@ most every ``sync_interval`` seconds; ``"never"`` leaves it to the OS (and to cl
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -35,10 +34,10 @@ from .base import (
     CorruptStoreError,
     StoreError,
     StoreLimits,
-    StoreLockedError,
     SubRecord,
 )
 from .core import Channel, CoreStore, MsgLog
+from .lockfile import lock_store, unlock_store
 from .recordlog import RecordLog, fsync_dir, write_all
 from .segments import FileMsgLog
 
@@ -153,7 +152,7 @@ class FileStore(CoreStore):
         self._clients_dirty = False
         self._last_sync = float("-inf")
         self.root.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = _lock_directory(self.root)
+        self._lock_fd = lock_store(self.root / ".lock", f"store directory {self.root}")
         try:
             self._open()
         except BaseException:
@@ -439,8 +438,7 @@ class FileStore(CoreStore):
 
     def _release(self) -> None:
         if self._lock_fd >= 0:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
+            unlock_store(self._lock_fd)
             self._lock_fd = -1
 
 
@@ -452,21 +450,3 @@ def _sub_records(ch: Channel | None) -> tuple[list[tuple[int, bytes]], int]:
         recs.extend((REC_SENT, SEQ_REC.pack(s.id, seq)) for seq in sorted(s.pending))
     return recs, len(recs)
 
-
-def _lock_directory(root: Path) -> int:
-    """flock ``root/.lock`` so that a second server cannot open the same directory."""
-    path = root / ".lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        try:
-            owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        finally:
-            os.close(fd)
-        raise StoreLockedError(
-            f"store directory {root} is in use by another server (pid {owner})"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd

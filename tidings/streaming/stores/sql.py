@@ -8,8 +8,10 @@ sync policy is applied (``PRAGMA synchronous`` / ``synchronous_commit``).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from .base import (
@@ -18,12 +20,16 @@ from .base import (
     MsgRecord,
     StoreError,
     StoreLimits,
+    StoreLockedError,
     SubRecord,
 )
 from .core import Channel, CoreStore, MsgLog
+from .lockfile import lock_store, unlock_store
 from .seqindex import SeqIndex
 
 SYNC_POLICIES = ("batch", "interval", "never")
+_PG_APP = "tidings streaming"
+_PG_LOCK_CLASS = 0x7469_6469  # "tidi": the first key of the advisory lock
 _new_record = tuple.__new__
 
 SCHEMA = """
@@ -239,11 +245,29 @@ class SqlStore(CoreStore):
         import sqlite3
 
         _check_policy(sync)
-        conn = sqlite3.connect(str(path), check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        level = {"batch": "FULL", "interval": "NORMAL", "never": "OFF"}[sync]
-        conn.execute(f"PRAGMA synchronous={level}")
-        return cls(conn, SQLITE, limits, cache_msgs=cache_msgs, on_close=conn.close)
+        lock_fd = -1
+        if str(path) != ":memory:":
+            lock_fd = lock_store(Path(f"{path}.lock"), f"sqlite store {path}")
+        try:
+            conn = sqlite3.connect(str(path), check_same_thread=False)
+        except BaseException:
+            if lock_fd >= 0:
+                unlock_store(lock_fd)
+            raise
+
+        def close() -> None:
+            conn.close()
+            if lock_fd >= 0:
+                unlock_store(lock_fd)
+
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            level = {"batch": "FULL", "interval": "NORMAL", "never": "OFF"}[sync]
+            conn.execute(f"PRAGMA synchronous={level}")
+            return cls(conn, SQLITE, limits, cache_msgs=cache_msgs, on_close=close)
+        except BaseException:
+            close()
+            raise
 
     @classmethod
     def postgres(
@@ -258,16 +282,21 @@ class SqlStore(CoreStore):
         import psycopg
 
         _check_policy(sync)
-        conn = psycopg.connect(dsn)
-        with conn.cursor() as cur:
-            if schema:
-                ident = psycopg.sql.Identifier(schema)
-                cur.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-                cur.execute(psycopg.sql.SQL("SET search_path TO {}").format(ident))
-            if sync != "batch":
-                cur.execute("SET synchronous_commit TO off")
-        conn.commit()
-        return cls(conn, POSTGRES, limits, cache_msgs=cache_msgs, on_close=conn.close)
+        conn = psycopg.connect(dsn, application_name=f"{_PG_APP} pid {os.getpid()}")
+        try:
+            with conn.cursor() as cur:
+                if schema:
+                    ident = psycopg.sql.Identifier(schema)
+                    cur.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+                    cur.execute(psycopg.sql.SQL("SET search_path TO {}").format(ident))
+                if sync != "batch":
+                    cur.execute("SET synchronous_commit TO off")
+            conn.commit()
+            _pg_lock(conn)
+            return cls(conn, POSTGRES, limits, cache_msgs=cache_msgs, on_close=conn.close)
+        except BaseException:
+            conn.close()
+            raise
 
     # --- opening --------------------------------------------------------------------
 
@@ -575,6 +604,41 @@ class SqlStore(CoreStore):
                 ch.log.close()
             if self._on_close is not None:
                 self._on_close()
+
+
+def _pg_lock(conn: Any) -> None:
+    """Hold a session advisory lock on the store's schema, or refuse (one writer per store).
+
+    The key is derived from the schema the tables live in, so stores in different schemas
+    of one database do not exclude each other; the lock ends with the connection.
+    """
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT pg_try_advisory_lock(%s, hashtext(current_database() || '.' || "
+            "current_schema())), current_database(), current_schema()",
+            (_PG_LOCK_CLASS,),
+        )
+        got, db, schema = cur.fetchone()
+        owner = "unknown"
+        if not got:
+            cur.execute(
+                "SELECT a.application_name, a.pid FROM pg_locks l "
+                "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+                "AND l.granted AND l.classid = %s AND l.objid = "
+                "hashtext(current_database() || '.' || current_schema())::oid",
+                (_PG_LOCK_CLASS,),
+            )
+            row = cur.fetchone()
+            if row is not None:
+                app, backend = row
+                prefix = f"{_PG_APP} pid "
+                owner = app[len(prefix):] if app.startswith(prefix) else f"backend {backend}"
+    conn.commit()
+    if not got:
+        raise StoreLockedError(
+            f"postgres store (database {db}, schema {schema}) is in use by another server "
+            f"(pid {owner})"
+        )
 
 
 def _check_policy(sync: str) -> None:
