@@ -34,6 +34,7 @@ from .base import (
     CorruptStoreError,
     StoreError,
     StoreLimits,
+    StoreWriteError,
     SubRecord,
 )
 from .core import Channel, CoreStore, MsgLog
@@ -150,6 +151,8 @@ class FileStore(CoreStore):
         self._dirty_logs: set[FileMsgLog] = set()
         self._dirty_subs: set[Channel] = set()
         self._clients_dirty = False
+        self._written: set[RecordLog] = set()  # record logs written since the last sync
+        self._generation = 0  # rollbacks so far
         self._last_sync = float("-inf")
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock_fd = lock_store(self.root / ".lock", f"store directory {self.root}")
@@ -265,7 +268,9 @@ class FileStore(CoreStore):
 
     def _on_channel_deleted(self, ch: Channel) -> None:
         state: _LogState = ch.backend  # type: ignore[assignment]
+        state.log.buf.clear()  # the file goes: nothing left to write
         state.log.close()
+        self._written.discard(state.log)
         self._dirty_subs.discard(ch)
         self._dirty_logs.discard(ch.log)  # type: ignore[arg-type]
         shutil.rmtree(self._chan_root / encode_dir_name(ch.name), ignore_errors=True)
@@ -338,13 +343,42 @@ class FileStore(CoreStore):
             self._maybe_compact(state, ch, _sub_records)
             if state.log.flush():
                 fds.add(state.log.fd)
+                self._written.add(state.log)
         self._dirty_subs.clear()
         if self._clients_dirty:
             state = self._clients_log
             self._maybe_compact(state, None, lambda _: self._client_records())
             if state.log.flush():
                 fds.add(state.log.fd)
+                self._written.add(state.log)
             self._clients_dirty = False
+
+    def _write_failed(self, exc: OSError) -> StoreWriteError:
+        self._rollback_locked()
+        return StoreWriteError(f"store write failed: {exc}")
+
+    def _rollback_locked(self) -> None:
+        """Undo every write since the last successful sync.
+
+        Messages after each channel's durable mark are forgotten; subscription and client
+        records are cut from their files but stay buffered, to be written by the next sync.
+        """
+        self._generation += 1
+        for ch in self._channels.values():
+            log: FileMsgLog = ch.log  # type: ignore[assignment]
+            if log.wbuf or max(log.last_seq, log.ix.last) != log.durable_last:
+                log.rollback()
+        self._written.clear()
+        for ch in self._channels.values():
+            subs: RecordLog = ch.backend.log  # type: ignore[attr-defined]
+            if subs.unsynced or subs.size != subs.synced_size:
+                subs.rollback()
+            if subs.buf:
+                self._dirty_subs.add(ch)
+        clients = self._clients_log.log
+        if clients.unsynced or clients.size != clients.synced_size:
+            clients.rollback()
+        self._clients_dirty = bool(clients.buf)
 
     def _maybe_compact(
         self,
@@ -362,23 +396,35 @@ class FileStore(CoreStore):
             return
         recs, weight = snapshot(ch)
         if log.records > 2 * weight:
-            log.buf.clear()
             log.rewrite(recs)
         state.compact_at = max(_COMPACT_MIN, 2 * weight, log.records + _COMPACT_MIN // 2)
 
     def _client_records(self) -> tuple[list[tuple[int, bytes]], int]:
         return [(REC_PUT, client_to_json(c)) for c in self._clients.values()], len(self._clients)
 
+    def flush(self) -> None:
+        with self._sync_lock:  # a flush between a sync's write and its commit would be lost
+            super().flush()
+
     def sync(self) -> None:
         """Write everything stored so far and fsync it (per the sync policy).
 
-        Safe to call from a worker thread: the store stays usable while fsync runs.
+        Safe to call from a worker thread: the store stays usable while fsync runs. If a
+        write or fsync fails, or a write failed in another thread meanwhile, everything
+        since the last successful sync is rolled back and :class:`StoreWriteError` raised.
         """
         with self._sync_lock:
             with self._lock:
                 if self._closed:
                     return
-                self._flush_locked()
+                generation = self._generation
+                logs = list(self._dirty_logs)
+                try:
+                    self._flush_locked()
+                except OSError as exc:
+                    raise self._write_failed(exc) from exc
+                marks = [(log, log.mark()) for log in logs]
+                written, self._written = self._written, set()
                 now = time.monotonic()
                 due = self.sync_policy == "batch" or (
                     self.sync_policy == "interval" and now - self._last_sync >= self.sync_interval
@@ -388,9 +434,19 @@ class FileStore(CoreStore):
                     fds = list(self._fsync_fds)
                     self._fsync_fds.clear()
                     self._last_sync = now
-            for fd in fds:
-                _fsync(fd)
+            try:
+                for fd in fds:
+                    _fsync(fd)
+            except OSError as exc:
+                with self._lock:
+                    raise self._write_failed(exc) from exc
             with self._lock:
+                if self._generation != generation:
+                    raise StoreWriteError("store write failed while syncing: rolled back")
+                for log, mark in marks:
+                    log.commit(mark)
+                for rlog in written:
+                    rlog.commit()
                 retired, self._to_close = self._to_close, []
             for fd in retired:
                 os.close(fd)

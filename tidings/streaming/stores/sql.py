@@ -18,14 +18,13 @@ from .base import (
     ClientRecord,
     CorruptStoreError,
     MsgRecord,
-    StoreError,
     StoreLimits,
     StoreLockedError,
+    StoreWriteError,
     SubRecord,
 )
-from .core import Channel, CoreStore, MsgLog
+from .core import Channel, CoreStore, IndexedMsgLog, MsgLog
 from .lockfile import lock_store, unlock_store
-from .seqindex import SeqIndex
 
 SYNC_POLICIES = ("batch", "interval", "never")
 _PG_APP = "tidings streaming"
@@ -91,29 +90,21 @@ SQLITE = Dialect("sqlite", "?", "BLOB")
 POSTGRES = Dialect("postgres", "%s", "BYTEA")
 
 
-class SqlMsgLog(MsgLog):
-    """A channel's messages: unwritten ones in memory, the rest in the database."""
+class SqlMsgLog(IndexedMsgLog):
+    """A channel's messages: unwritten ones in memory, the rest in the database.
+
+    ``pending`` are not yet handed to a transaction, ``inflight`` are in the one running;
+    ``durable_last`` is the last sequence committed.
+    """
 
     def __init__(self, store: SqlStore, ch: Channel, channel_id: int, cache_msgs: int) -> None:
+        super().__init__(cache_msgs)
         self.store = store
         self.ch = ch
         self.channel_id = channel_id
-        self.ix = SeqIndex(1)
-        self.first_seq = 1
-        self.last_seq = 0
-        self.last_ts = 0
         self.pending: list[MsgRecord] = []
         self.inflight: list[MsgRecord] = []
         self.db_first = 1
-        size = 1
-        while size < max(cache_msgs, 1):
-            size <<= 1
-        self._mask = size - 1
-        self._ring: list[MsgRecord | None] = [None] * size
-
-    @property
-    def nbytes(self) -> int:  # type: ignore[override]
-        return self.ix.nbytes
 
     def append(self, recs: list[MsgRecord]) -> None:
         ix = self.ix
@@ -133,6 +124,13 @@ class SqlMsgLog(MsgLog):
         self.ix.reset(first_seq)
         self.first_seq = first_seq
         self.last_seq = first_seq - 1
+        self.durable_last = self.last_seq
+        self.store._dirty_chans.add(self.ch)
+
+    def rollback(self) -> None:
+        self.pending = []
+        self.inflight = []
+        self._forget_after(self.durable_last)
         self.store._dirty_chans.add(self.ch)
 
     def _in_memory(self, seq: int) -> MsgRecord | None:
@@ -180,12 +178,6 @@ class SqlMsgLog(MsgLog):
             out.append(r)
         return out
 
-    def first_timestamp(self) -> int:
-        return self.ix.ts[self.ix.head]
-
-    def find_timestamp(self, ts: int) -> int:
-        return self.ix.find_ts(ts)
-
     def drop_first(self, n: int) -> None:
         n = min(n, self.count)
         if n <= 0:
@@ -196,6 +188,19 @@ class SqlMsgLog(MsgLog):
             keep = self.first_seq - self.pending[0].seq
             del self.pending[:keep]
         self.store._dirty_chans.add(self.ch)
+
+
+class _Taken:
+    """The buffered changes one transaction carries (see :meth:`SqlStore._take_batch`)."""
+
+    def __init__(self) -> None:
+        self.logs: list[tuple[Channel, int, int]] = []  # (channel, last seq, old db_first)
+        self.deleted: list[int] = []
+        self.client_ops: dict[str, ClientRecord | None] = {}
+        self.sub_ops: dict[int, tuple[Channel, SubRecord] | None] = {}
+        self.pend_add: set[tuple[int, int]] = set()
+        self.pend_del: set[tuple[int, int]] = set()
+        self.info = False
 
 
 class SqlStore(CoreStore):
@@ -226,7 +231,6 @@ class SqlStore(CoreStore):
         self._pend_add: set[tuple[int, int]] = set()
         self._pend_del: set[tuple[int, int]] = set()
         self._info_dirty = False
-        self._failed: BaseException | None = None
         self._sql = dialect.sql
         self._create_schema()
         self._recover()
@@ -345,6 +349,7 @@ class SqlStore(CoreStore):
                 log.first_seq = log.last_seq + 1
                 ix.reset(log.first_seq)
             log.db_first = log.first_seq
+            log.durable_last = log.last_seq
         for row in q(
             "SELECT id, hb_inbox, conn_id, protocol, ping_interval, ping_max_out "
             "FROM tidings_clients"
@@ -438,9 +443,18 @@ class SqlStore(CoreStore):
             self._conn.commit()
             return rows
 
-    def _take_batch(self) -> list[tuple[str, list[tuple[Any, ...]]]]:
-        """Move every buffered change into SQL statements (called with the lock held)."""
+    def _take_batch(self, taken: _Taken) -> list[tuple[str, list[tuple[Any, ...]]]]:
+        """Move every buffered change into SQL statements (called with the lock held).
+
+        ``taken`` records what was moved, to put it back if the transaction fails.
+        """
         batch: list[tuple[str, list[tuple[Any, ...]]]] = []
+        taken.deleted = list(self._deleted_chans)
+        taken.client_ops = dict(self._client_ops)
+        taken.sub_ops = dict(self._sub_ops)
+        taken.pend_add = set(self._pend_add)
+        taken.pend_del = set(self._pend_del)
+        taken.info = self._info_dirty
         if self._deleted_chans:
             ids = [(cid,) for cid in self._deleted_chans]
             batch.append(("DELETE FROM tidings_messages WHERE channel_id = ?", ids))
@@ -457,6 +471,7 @@ class SqlStore(CoreStore):
         chans, msgs, trims = [], [], []
         for ch in self._dirty_chans:
             log: SqlMsgLog = ch.log  # type: ignore[assignment]
+            taken.logs.append((ch, log.last_seq, log.db_first))
             cid = log.channel_id
             chans.append((cid, ch.name, log.first_seq, log.last_seq))
             if log.pending:
@@ -568,26 +583,55 @@ class SqlStore(CoreStore):
     def sync(self) -> None:
         """Write all buffered changes in one transaction and commit.
 
-        Safe to call from a worker thread; storing continues meanwhile.
+        Safe to call from a worker thread; storing continues meanwhile. If the database
+        refuses the transaction, the messages not yet committed are rolled back, the other
+        changes are kept for the next sync, and :class:`StoreWriteError` is raised.
         """
         with self._sync_lock:
-            if self._failed is not None:
-                raise StoreError("an earlier write to the database failed") from self._failed
+            taken = _Taken()
             with self._lock:
                 if self._closed:
                     return
-                batch = self._take_batch()
+                batch = self._take_batch(taken)
             if not batch:
                 return
             try:
                 self._write(batch)
-            except BaseException as exc:
-                # The buffered changes are gone from memory; refuse to pretend otherwise.
-                self._failed = exc
-                raise
+            except Exception as exc:
+                with self._lock:
+                    self._rollback_locked(taken)
+                raise StoreWriteError(f"database write failed: {exc}") from exc
             with self._lock:
-                for ch in self._channels.values():
-                    ch.log.inflight = []  # type: ignore[attr-defined]
+                for ch, last, _ in taken.logs:
+                    log: SqlMsgLog = ch.log  # type: ignore[assignment]
+                    log.inflight = []
+                    log.durable_last = max(log.durable_last, last)
+
+    def _rollback_locked(self, taken: _Taken) -> None:
+        """Forget the uncommitted messages; queue the other changes of ``taken`` again."""
+        for ch, _, db_first in taken.logs:
+            if self._channels.get(ch.name) is ch:
+                ch.log.db_first = db_first  # type: ignore[attr-defined]
+                self._dirty_chans.add(ch)
+        for ch in self._channels.values():
+            log: SqlMsgLog = ch.log  # type: ignore[assignment]
+            if log.pending or log.inflight or log.last_seq != log.durable_last:
+                log.rollback()
+        self._deleted_chans[:0] = taken.deleted
+        self._client_ops = {**taken.client_ops, **self._client_ops}
+        self._sub_ops = {**taken.sub_ops, **self._sub_ops}
+        # as _on_sent / _on_acked do: a later opposite change cancels an earlier one
+        for key in taken.pend_add:
+            if key in self._pend_del:
+                self._pend_del.discard(key)
+            else:
+                self._pend_add.add(key)
+        for key in taken.pend_del:
+            if key in self._pend_add:
+                self._pend_add.discard(key)
+            else:
+                self._pend_del.add(key)
+        self._info_dirty |= taken.info
 
     def close(self) -> None:
         if self._closed:
