@@ -37,6 +37,7 @@ from ..stores import (
     MsgRecord,
     Store,
     StoreError,
+    StoreWriteError,
     SubRecord,
     UnknownSubscriptionError,
 )
@@ -650,6 +651,13 @@ class StreamingServer:
             try:
                 ch = self._lookup_or_create(name)
                 seqs = store.store_msgs(name, msgs)
+            except StoreWriteError as exc:
+                # The store rolled back everything not yet synced, this turn's too.
+                log.error("streaming store write failed: %s", exc)
+                self._acks_waiting.extend(done)
+                done = []
+                self._rolled_back(f"stan: {exc}", acks)
+                continue
             except StoreError as exc:
                 for reply, guid in acks:
                     self._pub_err(reply, guid, str(exc))
@@ -667,6 +675,22 @@ class StreamingServer:
             self._request_sync()
         else:
             self._send_pub_acks(done)
+
+    def _rolled_back(self, err: str, acks: list[tuple[str, str]]) -> None:
+        """The store dropped every message not yet synced: nack them all.
+
+        ``acks`` are publishes of the failed operation; those waiting for the next sync
+        were rolled back too. A sync in flight fails by itself (the store knows).
+        """
+        acks = acks + self._acks_waiting
+        self._acks_waiting = []
+        for reply, guid in acks:
+            self._pub_err(reply, guid, err)
+        unsynced, self._unsynced = self._unsynced, {}
+        for ch in unsynced:
+            if not ch.deleted:
+                with contextlib.suppress(StoreError):
+                    ch.stored = self.store.first_last(ch.name)[1]
 
     def _send_pub_acks(self, acks: list[tuple[str, str]]) -> None:
         publish = self.conn.publish
@@ -711,11 +735,14 @@ class StreamingServer:
                    chans: dict[Channel, int]) -> None:
         self._sync_inflight = False
         exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
-        if exc is not None:
+        if isinstance(exc, StoreWriteError):
             log.error("streaming store sync failed: %s", exc)
-            err = f"stan: store sync failed: {exc}"
+            self._unsynced.update(chans)
+            self._rolled_back(f"stan: {exc}", acks)
+        elif exc is not None:
+            log.error("streaming store sync failed: %s", exc)
             for reply, guid in acks:
-                self._pub_err(reply, guid, err)
+                self._pub_err(reply, guid, f"stan: store sync failed: {exc}")
         else:
             for ch, last in chans.items():
                 if last > ch.deliverable:

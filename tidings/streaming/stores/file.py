@@ -50,7 +50,10 @@ ID_REC = struct.Struct("<Q")
 SYNC_POLICIES = ("batch", "interval", "never")
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
 _COMPACT_MIN = 16384
-_fsync = getattr(os, "fdatasync", os.fsync)
+
+
+def _fsync(fd: int) -> None:
+    os.fdatasync(fd)
 
 
 def encode_dir_name(name: str) -> str:
@@ -442,6 +445,9 @@ class FileStore(CoreStore):
                     raise self._write_failed(exc) from exc
             with self._lock:
                 if self._generation != generation:
+                    # A write failed meanwhile: what this sync wrote may be gone. Roll back
+                    # again so that a failed sync always means "nothing since the last one".
+                    self._rollback_locked()
                     raise StoreWriteError("store write failed while syncing: rolled back")
                 for log, mark in marks:
                     log.commit(mark)

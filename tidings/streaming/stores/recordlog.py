@@ -59,13 +59,15 @@ def parse_records(
     while pos < len(buf):
         ok = _record_ok(buf, pos)
         if ok is None:
-            if not truncate_corrupt and pos + 8 <= len(buf):
-                size = HEADER.unpack_from(buf, pos)[0] & MAX_PAYLOAD
-                nxt = pos + 8 + size
-                if size and nxt < len(buf) and _record_ok(buf, nxt) is not None:
-                    raise CorruptStoreError(
-                        f"{path}: corrupt record at offset {pos} followed by valid records"
-                    )
+            if not truncate_corrupt:
+                # A torn write followed by later records must not silently lose them.
+                for nxt in range(pos + 1, len(buf) - 8):
+                    ok = _record_ok(buf, nxt)
+                    if ok is not None and ok[1] > 0:
+                        raise CorruptStoreError(
+                            f"{path}: corrupt record at offset {pos} followed by valid records "
+                            f"(at offset {nxt}); not discarding them"
+                        )
             break
         rtype, size = ok
         out.append((rtype, buf[pos + 8 : pos + 8 + size]))

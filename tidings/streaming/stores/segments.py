@@ -74,12 +74,12 @@ def _scan(
         size, crc = PREFIX.unpack_from(data, pos)
         end = pos + 8 + size
         if size < BODY.size or end > n or crc32(data[pos + 8 : end]) != crc:
-            if not truncate_corrupt and size >= BODY.size and end + OVERHEAD <= n:
-                nsize, ncrc = PREFIX.unpack_from(data, end)
-                nend = end + 8 + nsize
-                if nend <= n and crc32(data[end + 8 : nend]) == ncrc:
+            if not truncate_corrupt:
+                after = _valid_record_after(data, pos, expect)
+                if after is not None:
                     raise CorruptStoreError(
-                        f"{seg.dat}: corrupt record at offset {pos} followed by valid records"
+                        f"{seg.dat}: corrupt record at offset {pos} followed by valid records "
+                        f"(at offset {after}); not discarding them"
                     )
             break
         seq, ts, rlen = BODY.unpack_from(data, pos + 8)
@@ -89,6 +89,26 @@ def _scan(
         expect += 1
         pos = end
     return entries, pos
+
+
+def _valid_record_after(data: bytes, pos: int, seq: int) -> int | None:
+    """Offset of a valid record of sequence ``seq`` or ``seq + 1`` after a bad one at pos.
+
+    Records carry their sequence, so this finds both a record written again after a torn
+    one (same sequence) and the record following a damaged one.
+    """
+    for want in (seq, seq + 1):
+        needle = struct.pack("<Q", want)
+        i = data.find(needle, pos + 1)
+        while i >= 0:
+            start = i - PREFIX.size
+            if start > pos:
+                size, crc = PREFIX.unpack_from(data, start)
+                end = start + 8 + size
+                if size >= BODY.size and end <= len(data) and crc32(data[i:end]) == crc:
+                    return start
+            i = data.find(needle, i + 1)
+    return None
 
 
 def _read_index(seg: Segment, data_size: int) -> list[tuple[int, int, int, int]] | None:
