@@ -653,7 +653,7 @@ class StreamingServer:
                 seqs = store.store_msgs(name, msgs)
             except StoreWriteError as exc:
                 # The store rolled back everything not yet synced, this turn's too.
-                log.error("streaming store write failed: %s", exc)
+                log.error("streaming %s", exc)
                 self._acks_waiting.extend(done)
                 done = []
                 self._rolled_back(f"stan: {exc}", acks)
