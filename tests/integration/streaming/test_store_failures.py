@@ -20,6 +20,7 @@ import pytest
 from tests.servers import free_port, start_tidings
 from tidings.streaming.client import StanError
 from tidings.streaming.client import connect as stan_connect
+from tidings.streaming.stores.file import FileStore
 
 from .conftest import Inbox
 from .test_cli import wait_streaming
@@ -193,3 +194,26 @@ async def test_a_second_server_on_a_sqlite_store_is_refused(tmp_path: Path) -> N
         await sc.close()
     finally:
         srv.stop()
+
+
+def test_recovery_stops_on_valid_records_after_a_torn_one_unless_told_to_truncate(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    with FileStore(data) as store:
+        store.store_msgs("foo", [("", b"m%d" % i) for i in range(1, 6)])
+        store.sync()
+    (seg,) = (data / "channels" / "foo").glob("msgs.*.dat")
+    raw = seg.read_bytes()
+    last = raw.rindex(b"\x05\x00\x00\x00\x00\x00\x00\x00") - 8  # where record 5 starts
+    seg.write_bytes(raw[:last] + raw[last : last + 12] + raw[last:])  # 5 torn, then whole
+    cmd = [sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1", "-p",
+           str(free_port()), "--store", "file", "--dir", str(data)]
+    refused = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    assert refused.returncode != 0
+    assert f"{seg}: corrupt record at offset {last} followed by valid records" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    srv = start_tidings(extra_args=cmd[8:] + ["--file_truncate_bad_eof", "true"])
+    srv.stop()
+    with FileStore(data) as store:
+        assert store.first_last("foo") == (1, 4)

@@ -66,7 +66,8 @@ def parse_records(
                     if ok is not None and ok[1] > 0:
                         raise CorruptStoreError(
                             f"{path}: corrupt record at offset {pos} followed by valid records "
-                            f"(at offset {nxt}); not discarding them"
+                            f"(at offset {nxt}); refusing to discard them "
+                            "(--file_truncate_bad_eof would truncate the file there)"
                         )
             break
         rtype, size = ok

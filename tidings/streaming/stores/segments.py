@@ -79,7 +79,8 @@ def _scan(
                 if after is not None:
                     raise CorruptStoreError(
                         f"{seg.dat}: corrupt record at offset {pos} followed by valid records "
-                        f"(at offset {after}); not discarding them"
+                        f"(at offset {after}); refusing to discard them "
+                        "(--file_truncate_bad_eof would truncate the file there)"
                     )
             break
         seq, ts, rlen = BODY.unpack_from(data, pos + 8)
