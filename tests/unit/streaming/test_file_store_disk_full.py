@@ -213,3 +213,18 @@ def test_recovery_refuses_to_drop_subscription_records_after_a_torn_one(
     with pytest.raises(CorruptStoreError, match=f"corrupt record at offset {start}"):
         FileStore(tmp_path)
     assert log.read_bytes() == raw[:start] + tail[:10] + tail
+
+
+def test_closing_on_a_full_disk_keeps_the_synced_records_and_unlocks(
+    tmp_path: Path, disk: Disk
+) -> None:
+    store = FileStore(tmp_path)
+    store.store_msgs("foo", [("", d) for d in payloads(1, 3)])
+    store.sync()
+    store.store_msgs("foo", [("", d) for d in payloads(4, 3)])
+    disk.room = 10
+    with pytest.raises(StoreWriteError):
+        store.close()
+    disk.room = None
+    with FileStore(tmp_path) as again:  # the lock was released
+        assert datas(again) == payloads(1, 3)

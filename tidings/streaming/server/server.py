@@ -214,6 +214,8 @@ class StreamingServer:
             await self.conn.flush()
         try:
             self.store.close()
+        except StoreError as exc:
+            log.error("closing the streaming store: %s", exc)
         except Exception:  # pragma: no cover - logged, nothing else to do at exit
             log.exception("closing the streaming store")
         if self._executor is not None:

@@ -474,6 +474,10 @@ class FileStore(CoreStore):
                     _fsync(fd)
                     os.close(fd)
                 self._to_close = []
+            except OSError as exc:
+                error = self._write_failed(exc)
+                self._abandon()  # what could not be written stays unwritten
+                raise error from exc
             finally:
                 self._closed = True
                 self._release()

@@ -201,6 +201,8 @@ class RecordLog:
 
     def close(self) -> None:
         if self.fd >= 0:
-            self.flush()
-            self._retire(self.fd)
-            self.fd = -1
+            try:
+                self.flush()
+            finally:
+                self._retire(self.fd)
+                self.fd = -1

@@ -583,7 +583,12 @@ class FileMsgLog(IndexedMsgLog):
     # --- lifecycle ------------------------------------------------------------------
 
     def close(self) -> None:
-        self.flush()
+        try:
+            self.flush()
+        finally:
+            self._release_fds()
+
+    def _release_fds(self) -> None:
         for seg in self.segs:
             for fd in (seg.fd, seg.ifd):
                 if fd >= 0:
