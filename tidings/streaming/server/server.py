@@ -232,7 +232,12 @@ class StreamingServer:
         """A bulk range fetch (a tidings extension, see :mod:`.fetch`): read-only."""
         if reply:
             max_payload = getattr(getattr(self.conn, "nc", None), "max_payload", 1 << 20)
-            self.conn.publish(reply, handle_fetch(self.store, data, max_payload))
+            self.conn.publish(reply, handle_fetch(self.store, data, max_payload,
+                                                  self._deliverable))
+
+    def _deliverable(self, name: str) -> int:
+        ch = self.channels.get(name)
+        return 0 if ch is None else ch.deliverable
 
     def _check_server_info(self) -> None:
         info = self.store.server_info()

@@ -668,7 +668,7 @@ def _pg_lock(conn: Any) -> None:
             cur.execute(
                 "SELECT a.application_name, a.pid FROM pg_locks l "
                 "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
-                "AND l.granted AND l.classid = %s AND l.objid = "
+                "AND l.granted AND l.objsubid = 2 AND l.classid = %s AND l.objid = "
                 "hashtext(current_database() || '.' || current_schema())::oid",
                 (_PG_LOCK_CLASS,),
             )
