@@ -7,54 +7,15 @@ returns. Recovery never drops valid records that follow a damaged one.
 
 from __future__ import annotations
 
-import errno
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.faultydisk import Disk
 from tidings.streaming.stores import CorruptStoreError, StoreWriteError, SubRecord
 from tidings.streaming.stores.file import FileStore
 from tidings.streaming.stores.segments import DAT_MAGIC
-
-
-class Disk:
-    """os.write / os.fdatasync on files under ``root`` as on a disk with ``room`` bytes left.
-
-    A write that does not fit is cut short, the next one fails with ENOSPC, as the kernel
-    does. ``room = None`` is unlimited; ``fsync_errors`` fail that many fsyncs with EIO.
-    """
-
-    def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.root = str(root)
-        self.room: int | None = None
-        self.fsync_errors = 0
-        self._write = os.write
-        self._fdatasync = os.fdatasync
-        monkeypatch.setattr(os, "write", self.write)
-        monkeypatch.setattr(os, "fdatasync", self.fdatasync)
-
-    def _ours(self, fd: int) -> bool:
-        try:
-            return os.readlink(f"/proc/self/fd/{fd}").startswith(self.root)
-        except OSError:
-            return False
-
-    def write(self, fd: int, data: bytes | memoryview) -> int:
-        if self.room is None or not self._ours(fd):
-            return self._write(fd, data)
-        if self.room == 0:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        n = self._write(fd, memoryview(data)[: self.room])
-        self.room -= n
-        return n
-
-    def fdatasync(self, fd: int) -> None:
-        if self.fsync_errors and self._ours(fd):
-            self.fsync_errors -= 1
-            raise OSError(errno.EIO, os.strerror(errno.EIO))
-        self._fdatasync(fd)
 
 
 @pytest.fixture
@@ -78,12 +39,15 @@ def test_a_batch_torn_by_a_full_disk_is_rolled_back_and_later_writes_are_clean(
     store.sync()
     disk.room = 150  # the first record of the next batch is torn
     store.store_msgs("foo", [("", d) for d in payloads(11, 5)])
+    assert store.last_store_epoch == store.epoch == 0
     with pytest.raises(StoreWriteError, match="No space left on device"):
         store.sync()
+    assert store.epoch == 1  # what was stored in epoch 0 and not synced is gone
     assert store.first_last("foo") == (1, 10)
     assert datas(store) == payloads(1, 10)
     disk.room = None  # space is back
     assert store.store_msgs("foo", [("", d) for d in payloads(11, 3)]) == range(11, 14)
+    assert store.last_store_epoch == 1
     store.sync()
     assert datas(store) == payloads(1, 13)
     store.close()

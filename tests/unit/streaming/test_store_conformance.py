@@ -478,6 +478,7 @@ def test_a_refused_transaction_rolls_back_its_messages_and_the_store_stays_usabl
         store.add_pending("foo", sid, 1)
         with pytest.raises(StoreWriteError):
             store.sync()
+        assert store.epoch == 1 and store.last_store_epoch == 0
         assert store.first_last("foo") == (1, 2)
         assert store.first_last("bar") == (1, 0)
         assert [m.data for m in store.get_msgs("foo", 1, 10)] == [b"a", b"b"]

@@ -227,6 +227,11 @@ class Store(ABC):
 
     kind: str
     limits: StoreLimits
+    # Rollbacks so far: each one dropped every message not yet synced (see StoreWriteError).
+    epoch: int = 0
+    # The epoch in which the last store_msgs / store_msg call stored its messages: they are
+    # gone if ``epoch`` has moved on before a sync covered them.
+    last_store_epoch: int = 0
 
     # --- server identity -------------------------------------------------------------
 

@@ -344,6 +344,7 @@ class CoreStore(Store):
                 except OSError as exc:
                     raise self._write_failed(exc) from exc
                 self._enforce(ch, ts)
+            self.last_store_epoch = self.epoch
             return range(first, first + len(recs))
 
     def store_msg(self, channel: str, reply: str, data: bytes, timestamp: int | None = None) -> int:
@@ -368,6 +369,7 @@ class CoreStore(Store):
                 or (lim.max_bytes and log.nbytes > lim.max_bytes)
             ):
                 self._enforce(ch, ts)
+            self.last_store_epoch = self.epoch
             return seq
 
     def restore_msgs(self, channel: str, records: Iterable[MsgRecord]) -> int:

@@ -155,7 +155,6 @@ class FileStore(CoreStore):
         self._dirty_subs: set[Channel] = set()
         self._clients_dirty = False
         self._written: set[RecordLog] = set()  # record logs written since the last sync
-        self._generation = 0  # rollbacks so far
         self._last_sync = float("-inf")
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock_fd = lock_store(self.root / ".lock", f"store directory {self.root}")
@@ -366,7 +365,7 @@ class FileStore(CoreStore):
         Messages after each channel's durable mark are forgotten; subscription and client
         records are cut from their files but stay buffered, to be written by the next sync.
         """
-        self._generation += 1
+        self.epoch += 1
         for ch in self._channels.values():
             log: FileMsgLog = ch.log  # type: ignore[assignment]
             if log.wbuf or max(log.last_seq, log.ix.last) != log.durable_last:
@@ -420,7 +419,7 @@ class FileStore(CoreStore):
             with self._lock:
                 if self._closed:
                     return
-                generation = self._generation
+                epoch = self.epoch
                 logs = list(self._dirty_logs)
                 try:
                     self._flush_locked()
@@ -444,7 +443,7 @@ class FileStore(CoreStore):
                 with self._lock:
                     raise self._write_failed(exc) from exc
             with self._lock:
-                if self._generation != generation:
+                if self.epoch != epoch:
                     # A write failed meanwhile: what this sync wrote may be gone. Roll back
                     # again so that a failed sync always means "nothing since the last one".
                     self._rollback_locked()

@@ -609,6 +609,7 @@ class SqlStore(CoreStore):
 
     def _rollback_locked(self, taken: _Taken) -> None:
         """Forget the uncommitted messages; queue the other changes of ``taken`` again."""
+        self.epoch += 1
         for ch, _, db_first in taken.logs:
             if self._channels.get(ch.name) is ch:
                 ch.log.db_first = db_first  # type: ignore[attr-defined]
