@@ -15,6 +15,11 @@ Directory layout::
 Sync policy (``sync=``): ``"batch"`` (default) fsyncs in every :meth:`FileStore.sync`, so
 the server calls it once per batch of PubAcks (group commit); ``"interval"`` fsyncs at
 most every ``sync_interval`` seconds; ``"never"`` leaves it to the OS (and to close).
+
+A failed write or fsync (a full disk) rolls every file back to what the last successful
+:meth:`FileStore.sync` covered: segments are truncated at their durable mark and the messages
+after it forgotten (``epoch`` counts these rollbacks), record logs are truncated too but keep
+their records buffered for the next sync. Nothing is ever appended after a torn record.
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ Changes are buffered in memory and written in one transaction per :meth:`SqlStor
 (group commit); the in-memory state answers reads, so only old messages are read back from
 the database. The two dialects differ only in parameter style, the blob type and how the
 sync policy is applied (``PRAGMA synchronous`` / ``synchronous_commit``).
+
+A transaction the database refuses is rolled back: its messages, and those stored since, are
+forgotten (``epoch`` counts these rollbacks); the other changes are queued for the next sync.
+One server per store: SQLite holds ``<database>.lock``, PostgreSQL a session advisory lock
+keyed on the database and schema.
 """
 
 from __future__ import annotations
