@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -16,6 +18,8 @@ from tidings.streaming.stores import (
     MsgRecord,
     Store,
     StoreLimits,
+    StoreLockedError,
+    StoreWriteError,
     SubRecord,
     TooManyChannelsError,
     TooManySubsError,
@@ -48,6 +52,7 @@ def _opener(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
         opened.append(store)
         return store
 
+    open_.opts = opts  # type: ignore[attr-defined]
     yield open_
     for store in opened:
         store.close()
@@ -399,3 +404,93 @@ def test_sync_from_another_thread_while_storing(durable_opener: Opener) -> None:
     msgs = store.get_msgs("foo", 1, 5000)
     assert [m.data for m in msgs] == [b"%d" % i for i in range(1, 3001)]
     assert store.subs("foo")[0].pending == set(range(1, 3001, 2))
+
+
+# --- one server per store ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_second_sql_store_on_the_same_database_is_refused(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    opener = _opener(kind, request, tmp_path)
+    open_ = next(opener)
+    first = open_()
+    first.store_msg("foo", "", b"one")
+    first.sync()
+    with pytest.raises(StoreLockedError, match=rf"in use by another server \(pid {os.getpid()}\)"):
+        open_()
+    # the refused store wrote nothing: the first keeps working
+    assert first.store_msg("foo", "", b"two") == 2
+    first.sync()
+    first.close()
+    again = open_()
+    assert [m.data for m in again.get_msgs("foo", 1, 10)] == [b"one", b"two"]
+    next(opener, None)
+
+
+# --- a database that refuses writes ---------------------------------------------------------
+
+
+@contextlib.contextmanager
+def refusing_inserts(kind: str, opts: dict[str, Any]) -> Iterator[None]:
+    """Make the database refuse new messages (another session adds a failing check)."""
+    if kind == "sqlite":
+        import sqlite3
+
+        db = sqlite3.connect(opts["path"])
+        db.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON tidings_messages "
+            "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END"
+        )
+        db.commit()
+        try:
+            yield
+        finally:
+            db.execute("DROP TRIGGER refuse")
+            db.commit()
+            db.close()
+        return
+    import psycopg
+
+    table = f"{opts['schema']}.tidings_messages"
+    with psycopg.connect(opts["dsn"], autocommit=True) as db:
+        db.execute(f"ALTER TABLE {table} ADD CONSTRAINT refuse CHECK (false) NOT VALID")
+        try:
+            yield
+        finally:
+            db.execute(f"ALTER TABLE {table} DROP CONSTRAINT refuse")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_refused_transaction_rolls_back_its_messages_and_the_store_stays_usable(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    opener = _opener(kind, request, tmp_path)
+    open_ = next(opener)
+    store = open_()
+    store.store_msgs("foo", [("", b"a"), ("", b"b")])
+    sid = store.create_sub("foo", SubRecord(client_id="c", is_durable=True, durable_name="d"))
+    store.sync()
+    with refusing_inserts(kind, open_.opts):  # type: ignore[attr-defined]
+        store.store_msgs("foo", [("", b"c"), ("", b"d")])
+        store.store_msg("bar", "", b"x")
+        store.add_pending("foo", sid, 1)
+        with pytest.raises(StoreWriteError):
+            store.sync()
+        assert store.epoch == 1 and store.last_store_epoch == 0
+        assert store.first_last("foo") == (1, 2)
+        assert store.first_last("bar") == (1, 0)
+        assert [m.data for m in store.get_msgs("foo", 1, 10)] == [b"a", b"b"]
+        with pytest.raises(StoreWriteError):  # still refused: the next try fails alike
+            store.store_msg("foo", "", b"c2")
+            store.sync()
+        assert store.first_last("foo") == (1, 2)
+    assert store.store_msg("foo", "", b"e") == 3
+    store.sync()
+    again = reopen(open_, store)
+    assert [m.data for m in again.get_msgs("foo", 1, 10)] == [b"a", b"b", b"e"]
+    assert again.first_last("bar") == (1, 0)
+    sub = again.sub("foo", sid)
+    assert sub is not None and sub.pending == {1}
+    next(opener, None)

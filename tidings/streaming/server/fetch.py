@@ -14,7 +14,8 @@ Request subject ``_TIDINGS.fetch.<cluster_id>``; the request is JSON
 ``status`` is 0 (ok), 1 (bad request), 2 (unknown channel) or 3 (a single message does not
 fit in max_payload); when it is not 0, ``count`` is 0
 and the bytes after the header are the UTF-8 error text. ``first``/``last`` are the channel's
-stored bounds (0 when it holds nothing), ``next`` the sequence to ask for next (greater than
+stored bounds (0 when it holds nothing; ``last`` counts only messages already acknowledged to
+their publishers, those that are durable), ``next`` the sequence to ask for next (greater than
 ``end`` once the range is exhausted). ``flags`` bit 0 (``CLIPPED``) says the requested start was
 below the channel's first sequence (messages removed by limits) and the run starts at ``first``.
 The reply never exceeds ``max_bytes`` nor the server's max_payload, except that it always holds
@@ -28,6 +29,7 @@ import json
 import struct
 import sys
 from array import array
+from collections.abc import Callable
 from itertools import accumulate
 from operator import itemgetter
 
@@ -92,8 +94,13 @@ def _fit(cum: list[int], room: int) -> int:
     return lo
 
 
-def handle_fetch(store: Store, data: bytes, max_payload: int) -> bytes:
-    """The reply to one fetch request."""
+def handle_fetch(store: Store, data: bytes, max_payload: int,
+                 durable_last: Callable[[str], int]) -> bytes:
+    """The reply to one fetch request.
+
+    Only messages up to ``durable_last(channel)`` are read: a message not yet synced may
+    still be rolled back, and one that was never acknowledged must not be handed out.
+    """
     try:
         channel, start, end, max_bytes = _parse(data)
     except ValueError as exc:
@@ -101,6 +108,7 @@ def handle_fetch(store: Store, data: bytes, max_payload: int) -> bytes:
     if not store.has_channel(channel):
         return error_reply(UNKNOWN_CHANNEL, f"unknown channel: {channel!r}")
     first, last = store.first_last(channel)
+    last = min(last, durable_last(channel))
     if last < first or last == 0:
         first = last = 0
     flags = 0

@@ -45,6 +45,8 @@ class StreamingOptions:
     sql_source: str = ""
     sync_policy: str = "batch"
     sync_interval: float = 1.0
+    # file store: truncate a damaged record and everything after it on recovery
+    truncate_bad_eof: bool = False
     limits: StoreLimits = field(default_factory=StoreLimits)
     max_inactivity: float = 0.0
     channel_inactivity: dict[str, float] = field(default_factory=dict)
@@ -364,6 +366,9 @@ def add_streaming_arguments(group: Any, standalone: bool = False) -> None:
     add("--sync_policy", choices=SYNC_POLICIES, default=None,
         help="file/sql store durability: batch (fsync per group commit, default), "
              "interval (at most every --sync_interval) or never")
+    add("--file_truncate_bad_eof", type=_bool, default=None, metavar="BOOL",
+        help="file store recovery: truncate a file at a damaged record even when valid "
+             "records follow it (they are lost); by default the server stops")
     add("--sync_interval", type=parse_duration, default=None,
         help="seconds between fsyncs under --sync_policy interval (default 1s)")
     add("--sql_driver", type=str.lower, choices=SQL_DRIVERS, default=None,
@@ -413,6 +418,8 @@ def options_from_args(args: argparse.Namespace) -> StreamingOptions:
         o.sync_policy = args.sync_policy
     if args.sync_interval is not None:
         o.sync_interval = args.sync_interval
+    if args.file_truncate_bad_eof is not None:
+        o.truncate_bad_eof = args.file_truncate_bad_eof
     if args.sql_driver is not None:
         o.sql_driver = args.sql_driver
     if args.sql_source is not None:
@@ -440,7 +447,7 @@ def open_store_for(opts: StreamingOptions) -> Any:
             raise ValueError("the file store needs a directory (--dir)")
         return open_store(
             "file", path=opts.dir, limits=opts.limits, sync=opts.sync_policy,
-            sync_interval=opts.sync_interval,
+            sync_interval=opts.sync_interval, truncate_corrupt=opts.truncate_bad_eof,
         )
     if kind == "sql":
         if opts.sql_driver == "postgres":

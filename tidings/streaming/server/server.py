@@ -37,6 +37,7 @@ from ..stores import (
     MsgRecord,
     Store,
     StoreError,
+    StoreWriteError,
     SubRecord,
     UnknownSubscriptionError,
 )
@@ -63,6 +64,7 @@ _EMPTY_SUB_RESPONSE = pb.SubscriptionResponse().SerializeToString()
 _EMPTY_CLOSE_RESPONSE = pb.CloseResponse().SerializeToString()
 # a PubAck with just a guid (field 1) of n < 128 bytes is b"\n" + bytes([n]) + guid
 _PUBACK_HEADS = [b"\n" + bytes((n,)) for n in range(128)]
+E_ROLLED_BACK = "store write failed: rolled back"
 
 Handler = Callable[[str, str, bytes], None]
 
@@ -111,7 +113,9 @@ class StreamingServer:
         # PubMsgs of this loop turn by channel: ([(reply, data)], [(ack subject, guid)])
         self._pub_queue: dict[str, tuple[list[tuple[str, bytes]], list[tuple[str, str]]]] = {}
         self._pub_scheduled = False
+        # publishes stored and waiting for the next sync, all in store epoch _waiting_epoch
         self._acks_waiting: list[tuple[str, str]] = []
+        self._waiting_epoch = store.epoch
         self._unsynced: dict[Channel, int] = {}
         self._threaded_sync = store.kind != "memory"
         self._sync_inflight = False
@@ -213,6 +217,8 @@ class StreamingServer:
             await self.conn.flush()
         try:
             self.store.close()
+        except StoreError as exc:
+            log.error("closing the streaming store: %s", exc)
         except Exception:  # pragma: no cover - logged, nothing else to do at exit
             log.exception("closing the streaming store")
         if self._executor is not None:
@@ -229,7 +235,12 @@ class StreamingServer:
         """A bulk range fetch (a tidings extension, see :mod:`.fetch`): read-only."""
         if reply:
             max_payload = getattr(getattr(self.conn, "nc", None), "max_payload", 1 << 20)
-            self.conn.publish(reply, handle_fetch(self.store, data, max_payload))
+            self.conn.publish(reply, handle_fetch(self.store, data, max_payload,
+                                                  self._deliverable))
+
+    def _deliverable(self, name: str) -> int:
+        ch = self.channels.get(name)
+        return 0 if ch is None else ch.deliverable
 
     def _check_server_info(self) -> None:
         info = self.store.server_info()
@@ -645,28 +656,46 @@ class StreamingServer:
             return
         store = self.store
         now = self._now()
-        done: list[tuple[str, str]] = []
         for name, (msgs, acks) in groups.items():
             try:
                 ch = self._lookup_or_create(name)
                 seqs = store.store_msgs(name, msgs)
+            except StoreWriteError as exc:
+                # The store rolled back every message not yet synced, this one's too.
+                log.error("streaming %s", exc)
+                self._nack_waiting(f"stan: {exc}")
+                for reply, guid in acks:
+                    self._pub_err(reply, guid, f"stan: {exc}")
+                continue
             except StoreError as exc:
                 for reply, guid in acks:
                     self._pub_err(reply, guid, str(exc))
                 continue
+            if store.last_store_epoch != self._waiting_epoch:
+                # A sync failed in the worker meanwhile: what was waiting is gone.
+                self._nack_waiting(f"stan: {E_ROLLED_BACK}")
             ch.stored = seqs[-1]
             ch.last_activity = now
             if self._threaded_sync:
                 self._unsynced[ch] = ch.stored
+                self._acks_waiting.extend(acks)
             else:
                 ch.deliverable = ch.stored
                 self._deliver(ch)
-            done.extend(acks)
+                self._send_pub_acks(acks)
         if self._threaded_sync:
-            self._acks_waiting.extend(done)
             self._request_sync()
-        else:
-            self._send_pub_acks(done)
+
+    def _nack_waiting(self, err: str) -> None:
+        """The store rolled back what was not synced: nack the publishes waiting for a sync.
+
+        Afterwards, what waits was stored in the store's current epoch.
+        """
+        waiting, self._acks_waiting = self._acks_waiting, []
+        for reply, guid in waiting:
+            self._pub_err(reply, guid, err)
+        self._unsynced = {}
+        self._waiting_epoch = self.store.epoch
 
     def _send_pub_acks(self, acks: list[tuple[str, str]]) -> None:
         publish = self.conn.publish
@@ -700,22 +729,28 @@ class StreamingServer:
             return
         acks, self._acks_waiting = self._acks_waiting, []
         chans, self._unsynced = self._unsynced, {}
+        epoch = self._waiting_epoch
         self._dirty = False
         self._sync_inflight = True
         assert self._sync_idle is not None
         self._sync_idle.clear()
         fut = self.loop.run_in_executor(self._executor, self.store.sync)
-        fut.add_done_callback(lambda f: self._sync_done(f, acks, chans))
+        fut.add_done_callback(lambda f: self._sync_done(f, acks, chans, epoch))
 
     def _sync_done(self, fut: asyncio.Future[None], acks: list[tuple[str, str]],
-                   chans: dict[Channel, int]) -> None:
+                   chans: dict[Channel, int], epoch: int) -> None:
+        """``acks`` are the publishes the sync was to cover, stored in store epoch ``epoch``."""
         self._sync_inflight = False
         exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
+        if exc is None and self.store.epoch != epoch:
+            exc = StoreWriteError(E_ROLLED_BACK)  # rolled back before this sync wrote them
         if exc is not None:
             log.error("streaming store sync failed: %s", exc)
-            err = f"stan: store sync failed: {exc}"
+            err = exc if isinstance(exc, StoreWriteError) else f"store sync failed: {exc}"
             for reply, guid in acks:
-                self._pub_err(reply, guid, err)
+                self._pub_err(reply, guid, f"stan: {err}")
+            if self.store.epoch != self._waiting_epoch:
+                self._nack_waiting(f"stan: {err}")
         else:
             for ch, last in chans.items():
                 if last > ch.deliverable:

@@ -28,6 +28,7 @@ __all__ = [
     "StoreError",
     "StoreLimits",
     "StoreLockedError",
+    "StoreWriteError",
     "SubRecord",
     "TooManyChannelsError",
     "TooManySubsError",
@@ -65,6 +66,14 @@ class UnknownSubscriptionError(StoreError):
 
 class StoreLockedError(StoreError):
     """The store's directory is in use by another server."""
+
+
+class StoreWriteError(StoreError):
+    """A write failed (disk full, database refusing writes...).
+
+    The store has rolled back every message stored since its last successful :meth:`sync`
+    (none of them will be read or recovered) and stays usable: the next write may succeed.
+    """
 
 
 class CorruptStoreError(StoreError):
@@ -218,6 +227,11 @@ class Store(ABC):
 
     kind: str
     limits: StoreLimits
+    # Rollbacks so far: each one dropped every message not yet synced (see StoreWriteError).
+    epoch: int = 0
+    # The epoch in which the last store_msgs / store_msg call stored its messages: they are
+    # gone if ``epoch`` has moved on before a sync covered them.
+    last_store_epoch: int = 0
 
     # --- server identity -------------------------------------------------------------
 
@@ -358,7 +372,12 @@ class Store(ABC):
     def flush(self) -> None: ...
 
     @abstractmethod
-    def sync(self) -> None: ...
+    def sync(self) -> None:
+        """Make every change so far durable (per the sync policy).
+
+        Raises :class:`StoreWriteError` if that failed; then every message stored since the
+        last successful sync is rolled back (other state is kept and written next time).
+        """
 
     @abstractmethod
     def close(self) -> None: ...

@@ -21,12 +21,14 @@ from .base import (
     Store,
     StoreError,
     StoreLimits,
+    StoreWriteError,
     SubRecord,
     TooManyChannelsError,
     TooManySubsError,
     UnknownChannelError,
     UnknownSubscriptionError,
 )
+from .seqindex import SeqIndex
 
 _RESTORE_BATCH = 1024
 _new_record = tuple.__new__  # builds a MsgRecord without the NamedTuple __new__ overhead
@@ -78,6 +80,55 @@ class MsgLog(ABC):
     def destroy(self) -> None:
         """Remove the stored messages for good (channel deletion)."""
         self.close()
+
+
+class IndexedMsgLog(MsgLog):
+    """A log whose metadata lives in a :class:`SeqIndex`, with a ring cache of recent records.
+
+    ``durable_last`` is the last sequence known to be durable: :meth:`rollback` forgets
+    every record after it.
+    """
+
+    def __init__(self, cache_msgs: int) -> None:
+        self.ix = SeqIndex(1)
+        self.first_seq = 1
+        self.last_seq = 0
+        self.last_ts = 0
+        self.durable_last = 0
+        size = 1
+        while size < max(cache_msgs, 1):
+            size <<= 1
+        self._mask = size - 1
+        self._ring: list[MsgRecord | None] = [None] * size
+
+    @property
+    def nbytes(self) -> int:  # type: ignore[override]
+        return self.ix.nbytes
+
+    def first_timestamp(self) -> int:
+        return self.ix.ts[self.ix.head]
+
+    def find_timestamp(self, ts: int) -> int:
+        return self.ix.find_ts(ts)
+
+    @abstractmethod
+    def rollback(self) -> None:
+        """Forget the records after ``durable_last`` (their write failed)."""
+
+    def _forget_after(self, last: int) -> None:
+        """Drop the in-memory records after ``last``; records dropped by limits stay dropped.
+
+        ``last_ts`` is kept: timestamps must not go backwards.
+        """
+        ring, mask = self._ring, self._mask
+        top = max(self.last_seq, self.ix.last)
+        for seq in range(max(last + 1, top - mask), top + 1):
+            r = ring[seq & mask]
+            if r is not None and r.seq == seq:
+                ring[seq & mask] = None
+        self.ix.truncate(last)
+        self.first_seq = self.ix.first
+        self.last_seq = last
 
 
 class Channel:
@@ -150,6 +201,10 @@ class CoreStore(Store):
     def _flush_locked(self) -> None:
         pass
 
+    def _write_failed(self, exc: OSError) -> StoreWriteError:
+        """A write failed (lock held): roll back what is not durable, return the error."""
+        return StoreWriteError(f"store write failed: {exc}")
+
     # --- recovery helpers for backends ------------------------------------------------
 
     def _attach_channel(self, name: str) -> Channel:
@@ -183,7 +238,10 @@ class CoreStore(Store):
         if max_channels and len(self._channels) >= max_channels:
             raise TooManyChannelsError()
         ch = Channel(name, self.limits.for_channel(name))
-        ch.log = self._new_log(ch)
+        try:
+            ch.log = self._new_log(ch)
+        except OSError as exc:
+            raise self._write_failed(exc) from exc
         self._channels[name] = ch
         self._on_channel_created(ch)
         return ch
@@ -281,8 +339,12 @@ class CoreStore(Store):
                 for seq, (reply, data) in enumerate(msgs, first)
             ]
             if recs:
-                log.append(recs)
+                try:
+                    log.append(recs)
+                except OSError as exc:
+                    raise self._write_failed(exc) from exc
                 self._enforce(ch, ts)
+            self.last_store_epoch = self.epoch
             return range(first, first + len(recs))
 
     def store_msg(self, channel: str, reply: str, data: bytes, timestamp: int | None = None) -> int:
@@ -296,7 +358,10 @@ class CoreStore(Store):
             if ts < log.last_ts:
                 ts = log.last_ts
             seq = log.last_seq + 1
-            log.append_one(_new_record(MsgRecord, (seq, ts, channel, reply, data, False)))
+            try:
+                log.append_one(_new_record(MsgRecord, (seq, ts, channel, reply, data, False)))
+            except OSError as exc:
+                raise self._write_failed(exc) from exc
             lim = ch.limits
             if (
                 lim.max_age_ns
@@ -304,36 +369,43 @@ class CoreStore(Store):
                 or (lim.max_bytes and log.nbytes > lim.max_bytes)
             ):
                 self._enforce(ch, ts)
+            self.last_store_epoch = self.epoch
             return seq
 
     def restore_msgs(self, channel: str, records: Iterable[MsgRecord]) -> int:
-        stored = 0
         with self._lock:
             ch = self._channels.get(channel)
             if ch is None:
                 ch = self._create(channel)
-            log = ch.log
-            batch: list[MsgRecord] = []
-            expect = log.last_seq + 1
-            for rec in records:
-                if log.count == 0 and not batch and rec.seq >= expect:
-                    log.reset_first(rec.seq)
-                    expect = rec.seq
-                if rec.seq != expect:
-                    raise ValueError(
-                        f"restore_msgs({channel!r}): expected sequence {expect}, got {rec.seq}"
-                    )
-                expect += 1
-                batch.append(MsgRecord(rec.seq, rec.timestamp, channel, rec.reply, rec.data))
-                if len(batch) >= _RESTORE_BATCH:
-                    log.append(batch)
-                    stored += len(batch)
-                    batch = []
-            if batch:
-                log.append(batch)
-                stored += len(batch)
+            try:
+                stored = self._restore_locked(ch, records)
+            except OSError as exc:
+                raise self._write_failed(exc) from exc
             if stored:
                 self._enforce(ch, time.time_ns())
+        return stored
+
+    def _restore_locked(self, ch: Channel, records: Iterable[MsgRecord]) -> int:
+        channel, log, stored = ch.name, ch.log, 0
+        batch: list[MsgRecord] = []
+        expect = log.last_seq + 1
+        for rec in records:
+            if log.count == 0 and not batch and rec.seq >= expect:
+                log.reset_first(rec.seq)
+                expect = rec.seq
+            if rec.seq != expect:
+                raise ValueError(
+                    f"restore_msgs({channel!r}): expected sequence {expect}, got {rec.seq}"
+                )
+            expect += 1
+            batch.append(MsgRecord(rec.seq, rec.timestamp, channel, rec.reply, rec.data))
+            if len(batch) >= _RESTORE_BATCH:
+                log.append(batch)
+                stored += len(batch)
+                batch = []
+        if batch:
+            log.append(batch)
+            stored += len(batch)
         return stored
 
     def lookup(self, channel: str, seq: int) -> MsgRecord | None:
@@ -341,7 +413,10 @@ class CoreStore(Store):
             log = self._channel(channel).log
             if seq < log.first_seq or seq > log.last_seq:
                 return None
-            return log.get(seq)
+            try:
+                return log.get(seq)
+            except OSError as exc:
+                raise self._write_failed(exc) from exc
 
     def get_msgs(self, channel: str, start_seq: int, max_count: int) -> list[MsgRecord]:
         with self._lock:
@@ -350,7 +425,10 @@ class CoreStore(Store):
             count = min(max_count, log.last_seq - start + 1)
             if count <= 0:
                 return []
-            return log.get_range(start, count)
+            try:
+                return log.get_range(start, count)
+            except OSError as exc:
+                raise self._write_failed(exc) from exc
 
     def first_last(self, channel: str) -> tuple[int, int]:
         log = self._channel(channel).log
@@ -494,7 +572,10 @@ class CoreStore(Store):
     def flush(self) -> None:
         with self._lock:
             if not self._closed:
-                self._flush_locked()
+                try:
+                    self._flush_locked()
+                except OSError as exc:
+                    raise self._write_failed(exc) from exc
 
     def sync(self) -> None:
         self.flush()

@@ -15,12 +15,16 @@ Directory layout::
 Sync policy (``sync=``): ``"batch"`` (default) fsyncs in every :meth:`FileStore.sync`, so
 the server calls it once per batch of PubAcks (group commit); ``"interval"`` fsyncs at
 most every ``sync_interval`` seconds; ``"never"`` leaves it to the OS (and to close).
+
+A failed write or fsync (a full disk) rolls every file back to what the last successful
+:meth:`FileStore.sync` covered: segments are truncated at their durable mark and the messages
+after it forgotten (``epoch`` counts these rollbacks), record logs are truncated too but keep
+their records buffered for the next sync. Nothing is ever appended after a torn record.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -35,10 +39,11 @@ from .base import (
     CorruptStoreError,
     StoreError,
     StoreLimits,
-    StoreLockedError,
+    StoreWriteError,
     SubRecord,
 )
 from .core import Channel, CoreStore, MsgLog
+from .lockfile import lock_store, unlock_store
 from .recordlog import RecordLog, fsync_dir, write_all
 from .segments import FileMsgLog
 
@@ -50,7 +55,10 @@ ID_REC = struct.Struct("<Q")
 SYNC_POLICIES = ("batch", "interval", "never")
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
 _COMPACT_MIN = 16384
-_fsync = getattr(os, "fdatasync", os.fsync)
+
+
+def _fsync(fd: int) -> None:
+    os.fdatasync(fd)
 
 
 def encode_dir_name(name: str) -> str:
@@ -151,9 +159,10 @@ class FileStore(CoreStore):
         self._dirty_logs: set[FileMsgLog] = set()
         self._dirty_subs: set[Channel] = set()
         self._clients_dirty = False
+        self._written: set[RecordLog] = set()  # record logs written since the last sync
         self._last_sync = float("-inf")
         self.root.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = _lock_directory(self.root)
+        self._lock_fd = lock_store(self.root / ".lock", f"store directory {self.root}")
         try:
             self._open()
         except BaseException:
@@ -266,7 +275,9 @@ class FileStore(CoreStore):
 
     def _on_channel_deleted(self, ch: Channel) -> None:
         state: _LogState = ch.backend  # type: ignore[assignment]
+        state.log.buf.clear()  # the file goes: nothing left to write
         state.log.close()
+        self._written.discard(state.log)
         self._dirty_subs.discard(ch)
         self._dirty_logs.discard(ch.log)  # type: ignore[arg-type]
         shutil.rmtree(self._chan_root / encode_dir_name(ch.name), ignore_errors=True)
@@ -339,13 +350,42 @@ class FileStore(CoreStore):
             self._maybe_compact(state, ch, _sub_records)
             if state.log.flush():
                 fds.add(state.log.fd)
+                self._written.add(state.log)
         self._dirty_subs.clear()
         if self._clients_dirty:
             state = self._clients_log
             self._maybe_compact(state, None, lambda _: self._client_records())
             if state.log.flush():
                 fds.add(state.log.fd)
+                self._written.add(state.log)
             self._clients_dirty = False
+
+    def _write_failed(self, exc: OSError) -> StoreWriteError:
+        self._rollback_locked()
+        return StoreWriteError(f"store write failed: {exc}")
+
+    def _rollback_locked(self) -> None:
+        """Undo every write since the last successful sync.
+
+        Messages after each channel's durable mark are forgotten; subscription and client
+        records are cut from their files but stay buffered, to be written by the next sync.
+        """
+        self.epoch += 1
+        for ch in self._channels.values():
+            log: FileMsgLog = ch.log  # type: ignore[assignment]
+            if log.wbuf or max(log.last_seq, log.ix.last) != log.durable_last:
+                log.rollback()
+        self._written.clear()
+        for ch in self._channels.values():
+            subs: RecordLog = ch.backend.log  # type: ignore[attr-defined]
+            if subs.unsynced or subs.size != subs.synced_size:
+                subs.rollback()
+            if subs.buf:
+                self._dirty_subs.add(ch)
+        clients = self._clients_log.log
+        if clients.unsynced or clients.size != clients.synced_size:
+            clients.rollback()
+        self._clients_dirty = bool(clients.buf)
 
     def _maybe_compact(
         self,
@@ -363,23 +403,35 @@ class FileStore(CoreStore):
             return
         recs, weight = snapshot(ch)
         if log.records > 2 * weight:
-            log.buf.clear()
             log.rewrite(recs)
         state.compact_at = max(_COMPACT_MIN, 2 * weight, log.records + _COMPACT_MIN // 2)
 
     def _client_records(self) -> tuple[list[tuple[int, bytes]], int]:
         return [(REC_PUT, client_to_json(c)) for c in self._clients.values()], len(self._clients)
 
+    def flush(self) -> None:
+        with self._sync_lock:  # a flush between a sync's write and its commit would be lost
+            super().flush()
+
     def sync(self) -> None:
         """Write everything stored so far and fsync it (per the sync policy).
 
-        Safe to call from a worker thread: the store stays usable while fsync runs.
+        Safe to call from a worker thread: the store stays usable while fsync runs. If a
+        write or fsync fails, or a write failed in another thread meanwhile, everything
+        since the last successful sync is rolled back and :class:`StoreWriteError` raised.
         """
         with self._sync_lock:
             with self._lock:
                 if self._closed:
                     return
-                self._flush_locked()
+                epoch = self.epoch
+                logs = list(self._dirty_logs)
+                try:
+                    self._flush_locked()
+                except OSError as exc:
+                    raise self._write_failed(exc) from exc
+                marks = [(log, log.mark()) for log in logs]
+                written, self._written = self._written, set()
                 now = time.monotonic()
                 due = self.sync_policy == "batch" or (
                     self.sync_policy == "interval" and now - self._last_sync >= self.sync_interval
@@ -389,9 +441,22 @@ class FileStore(CoreStore):
                     fds = list(self._fsync_fds)
                     self._fsync_fds.clear()
                     self._last_sync = now
-            for fd in fds:
-                _fsync(fd)
+            try:
+                for fd in fds:
+                    _fsync(fd)
+            except OSError as exc:
+                with self._lock:
+                    raise self._write_failed(exc) from exc
             with self._lock:
+                if self.epoch != epoch:
+                    # A write failed meanwhile: what this sync wrote may be gone. Roll back
+                    # again so that a failed sync always means "nothing since the last one".
+                    self._rollback_locked()
+                    raise StoreWriteError("store write failed while syncing: rolled back")
+                for log, mark in marks:
+                    log.commit(mark)
+                for rlog in written:
+                    rlog.commit()
                 retired, self._to_close = self._to_close, []
             for fd in retired:
                 os.close(fd)
@@ -413,6 +478,10 @@ class FileStore(CoreStore):
                     _fsync(fd)
                     os.close(fd)
                 self._to_close = []
+            except OSError as exc:
+                error = self._write_failed(exc)
+                self._abandon()  # what could not be written stays unwritten
+                raise error from exc
             finally:
                 self._closed = True
                 self._release()
@@ -439,8 +508,7 @@ class FileStore(CoreStore):
 
     def _release(self) -> None:
         if self._lock_fd >= 0:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
+            unlock_store(self._lock_fd)
             self._lock_fd = -1
 
 
@@ -452,21 +520,3 @@ def _sub_records(ch: Channel | None) -> tuple[list[tuple[int, bytes]], int]:
         recs.extend((REC_SENT, SEQ_REC.pack(s.id, seq)) for seq in sorted(s.pending))
     return recs, len(recs)
 
-
-def _lock_directory(root: Path) -> int:
-    """flock ``root/.lock`` so that a second server cannot open the same directory."""
-    path = root / ".lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        try:
-            owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        finally:
-            os.close(fd)
-        raise StoreLockedError(
-            f"store directory {root} is in use by another server (pid {owner})"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd

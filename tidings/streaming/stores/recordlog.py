@@ -1,7 +1,10 @@
 """Append-only files of typed records with a CRC each (the file store's clients and subs logs).
 
 Layout: an 8-byte magic, then records ``u32 type << 24 | size, u32 crc32(payload), payload``
-(little-endian). Writes are buffered until :meth:`RecordLog.flush`. Opening replays the
+(little-endian). Writes are buffered until :meth:`RecordLog.flush`; records written since the
+last :meth:`RecordLog.commit` are kept until then, so that after a failed write or fsync
+:meth:`RecordLog.rollback` truncates the file back to its durable end and queues them again
+(a torn record is never followed by later ones). Opening replays the
 records; a torn or CRC-failing tail (a write cut short by a crash) is truncated, while a bad
 record followed by a good one is corruption and raises :class:`CorruptStoreError`.
 """
@@ -56,13 +59,16 @@ def parse_records(
     while pos < len(buf):
         ok = _record_ok(buf, pos)
         if ok is None:
-            if not truncate_corrupt and pos + 8 <= len(buf):
-                size = HEADER.unpack_from(buf, pos)[0] & MAX_PAYLOAD
-                nxt = pos + 8 + size
-                if size and nxt < len(buf) and _record_ok(buf, nxt) is not None:
-                    raise CorruptStoreError(
-                        f"{path}: corrupt record at offset {pos} followed by valid records"
-                    )
+            if not truncate_corrupt:
+                # A torn write followed by later records must not silently lose them.
+                for nxt in range(pos + 1, len(buf) - 8):
+                    ok = _record_ok(buf, nxt)
+                    if ok is not None and ok[1] > 0:
+                        raise CorruptStoreError(
+                            f"{path}: corrupt record at offset {pos} followed by valid records "
+                            f"(at offset {nxt}); refusing to discard them "
+                            "(--file_truncate_bad_eof would truncate the file there)"
+                        )
             break
         rtype, size = ok
         out.append((rtype, buf[pos + 8 : pos + 8 + size]))
@@ -86,6 +92,9 @@ class RecordLog:
         self.fd = -1
         self.buf: list[bytes] = []
         self.records = 0
+        self.size = 0  # bytes in the file
+        self.synced_size = 0  # bytes known durable
+        self.unsynced: list[bytes] = []  # written since then
 
     def open(self, truncate_corrupt: bool = False) -> list[tuple[int, bytes]]:
         """Open (creating if needed) and return the stored records."""
@@ -100,6 +109,7 @@ class RecordLog:
             os.ftruncate(fd, 0)
             write_all(fd, self.magic)
             self.fd = fd
+            self.size = self.synced_size = len(self.magic)
             return []
         if not data.startswith(self.magic):
             os.close(fd)
@@ -114,6 +124,7 @@ class RecordLog:
             os.fsync(fd)
         self.fd = fd
         self.records = len(records)
+        self.size = self.synced_size = end
         return records
 
     def append(self, rtype: int, payload: bytes) -> None:
@@ -130,38 +141,68 @@ class RecordLog:
         self.records += len(payloads)
 
     def flush(self) -> bool:
-        """Write buffered records; True if anything was written."""
+        """Write buffered records; True if anything was written.
+
+        On failure the file is cut back to where it was and the records stay buffered.
+        """
         if not self.buf:
             return False
         data = b"".join(self.buf)
+        try:
+            write_all(self.fd, data)
+        except OSError:
+            os.ftruncate(self.fd, self.size)
+            raise
         self.buf.clear()
-        write_all(self.fd, data)
+        self.size += len(data)
+        self.unsynced.append(data)
         return True
 
+    def commit(self) -> None:
+        """Everything written so far is durable."""
+        self.synced_size = self.size
+        self.unsynced.clear()
+
+    def rollback(self) -> None:
+        """Undo the writes since :meth:`commit`, keeping their records buffered."""
+        os.ftruncate(self.fd, self.synced_size)
+        self.size = self.synced_size
+        self.buf[:0] = self.unsynced
+        self.unsynced = []
+
     def rewrite(self, records: Iterable[tuple[int, bytes]]) -> None:
-        """Atomically replace the file's content with ``records`` (compaction)."""
-        self.flush()
+        """Atomically replace the file's content with ``records`` (compaction).
+
+        The records must describe the whole live state: the buffer is dropped on success.
+        """
         tmp = self.path.with_name(self.path.name + ".tmp")
         parts = [self.magic]
         count = 0
         for rtype, payload in records:
             parts.append(encode(rtype, payload))
             count += 1
+        content = b"".join(parts)
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         try:
-            write_all(fd, b"".join(parts))
+            write_all(fd, content)
             os.fsync(fd)
+            os.replace(tmp, self.path)
         except BaseException:
             os.close(fd)
+            tmp.unlink(missing_ok=True)
             raise
-        os.replace(tmp, self.path)
-        fsync_dir(self.path.parent)
         self._retire(self.fd)
         self.fd = fd
         self.records = count
+        self.buf.clear()
+        self.size = self.synced_size = len(content)
+        self.unsynced = []
+        fsync_dir(self.path.parent)
 
     def close(self) -> None:
         if self.fd >= 0:
-            self.flush()
-            self._retire(self.fd)
-            self.fd = -1
+            try:
+                self.flush()
+            finally:
+                self._retire(self.fd)
+                self.fd = -1

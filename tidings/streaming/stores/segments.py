@@ -24,9 +24,8 @@ from pathlib import Path
 from zlib import crc32
 
 from .base import CorruptStoreError, MsgRecord
-from .core import MsgLog
+from .core import IndexedMsgLog
 from .recordlog import fsync_dir, write_all
-from .seqindex import SeqIndex
 
 DAT_MAGIC = b"TDMSGS01"
 IDX_MAGIC = b"TDMIDX01"
@@ -75,12 +74,13 @@ def _scan(
         size, crc = PREFIX.unpack_from(data, pos)
         end = pos + 8 + size
         if size < BODY.size or end > n or crc32(data[pos + 8 : end]) != crc:
-            if not truncate_corrupt and size >= BODY.size and end + OVERHEAD <= n:
-                nsize, ncrc = PREFIX.unpack_from(data, end)
-                nend = end + 8 + nsize
-                if nend <= n and crc32(data[end + 8 : nend]) == ncrc:
+            if not truncate_corrupt:
+                after = _valid_record_after(data, pos, expect)
+                if after is not None:
                     raise CorruptStoreError(
-                        f"{seg.dat}: corrupt record at offset {pos} followed by valid records"
+                        f"{seg.dat}: corrupt record at offset {pos} followed by valid records "
+                        f"(at offset {after}); refusing to discard them "
+                        "(--file_truncate_bad_eof would truncate the file there)"
                     )
             break
         seq, ts, rlen = BODY.unpack_from(data, pos + 8)
@@ -90,6 +90,26 @@ def _scan(
         expect += 1
         pos = end
     return entries, pos
+
+
+def _valid_record_after(data: bytes, pos: int, seq: int) -> int | None:
+    """Offset of a valid record of sequence ``seq`` or ``seq + 1`` after a bad one at pos.
+
+    Records carry their sequence, so this finds both a record written again after a torn
+    one (same sequence) and the record following a damaged one.
+    """
+    for want in (seq, seq + 1):
+        needle = struct.pack("<Q", want)
+        i = data.find(needle, pos + 1)
+        while i >= 0:
+            start = i - PREFIX.size
+            if start > pos:
+                size, crc = PREFIX.unpack_from(data, start)
+                end = start + 8 + size
+                if size >= BODY.size and end <= len(data) and crc32(data[i:end]) == crc:
+                    return start
+            i = data.find(needle, i + 1)
+    return None
 
 
 def _read_index(seg: Segment, data_size: int) -> list[tuple[int, int, int, int]] | None:
@@ -132,11 +152,15 @@ def _write_index(seg: Segment, entries: list[tuple[int, int, int, int]]) -> None
     os.replace(tmp, seg.idx)
 
 
-class FileMsgLog(MsgLog):
+class FileMsgLog(IndexedMsgLog):
     """Messages of one channel in segment files under ``directory``.
 
     ``retire(fd)`` is called for descriptors no longer needed, so that the store can close
     them only once no fsync may be running on them.
+
+    The durable mark (``durable_last`` and where the last durable record ends) is what a
+    failed write rolls back to: the files are truncated there and the buffers dropped, so a
+    torn record is never followed by later ones.
     """
 
     def __init__(
@@ -152,6 +176,7 @@ class FileMsgLog(MsgLog):
         dirty: set[FileMsgLog],
         sync_on_rotate: bool = True,
     ) -> None:
+        super().__init__(cache_msgs)
         self.dir = directory
         self.subject = subject
         self._dirty = dirty
@@ -160,11 +185,9 @@ class FileMsgLog(MsgLog):
         self.segment_bytes = segment_bytes
         self.segment_msgs = segment_msgs
         self.segment_age_ns = segment_age_ns
-        self.ix = SeqIndex(1)
-        self.first_seq = 1
-        self.last_seq = 0
-        self.last_ts = 0
         self.segs: list[Segment] = []
+        # (first seq, end offset) of the segment holding durable_last, None if no segment
+        self.durable_seg: tuple[int, int] | None = None
         self.wbuf: list[bytes] = []
         self.ibuf: list[bytes] = []
         self.wbuf_bytes = 0
@@ -172,15 +195,6 @@ class FileMsgLog(MsgLog):
         self.first_dirty = False
         self.first_fd = -1
         self.dirty_fds: set[int] = set()
-        size = 1
-        while size < max(cache_msgs, 1):
-            size <<= 1
-        self._mask = size - 1
-        self._ring: list[MsgRecord | None] = [None] * size
-
-    @property
-    def nbytes(self) -> int:  # type: ignore[override]
-        return self.ix.nbytes
 
     # --- opening --------------------------------------------------------------------
 
@@ -246,6 +260,7 @@ class FileMsgLog(MsgLog):
         self.flushed_last = self.last_seq
         if self.segs:
             self._open_write_segment(self.segs[-1])
+        self.commit(self.mark())
 
     def _read_first(self) -> tuple[int, int]:
         try:
@@ -438,6 +453,52 @@ class FileMsgLog(MsgLog):
         self.flushed_last = self.last_seq
         self.first_dirty = True
         self._dirty.add(self)
+        self.commit(self.mark())
+
+    # --- the durable mark -------------------------------------------------------------
+
+    def mark(self) -> tuple[int, tuple[int, int] | None]:
+        """Where the written records end (call after :meth:`flush`)."""
+        if not self.segs:
+            return self.last_seq, None
+        seg = self.segs[-1]
+        return self.last_seq, (seg.first_seq, seg.end)
+
+    def commit(self, mark: tuple[int, tuple[int, int] | None]) -> None:
+        """The records up to ``mark`` are durable."""
+        self.durable_last, self.durable_seg = mark
+
+    def rollback(self) -> None:
+        """Truncate the files to the durable mark and forget every record after it."""
+        self.wbuf.clear()
+        self.ibuf.clear()
+        self.wbuf_bytes = 0
+        last = self.durable_last
+        segs = self.segs
+        while segs and segs[-1].first_seq > last:
+            self._remove_segment(segs.pop())
+        self._forget_after(last)
+        self.flushed_last = min(self.flushed_last, last)
+        self._dirty.add(self)
+        if self.first_seq > last:
+            # Limits dropped every durable record meanwhile: the log is empty.
+            for seg in segs:
+                self._remove_segment(seg)
+            segs.clear()
+            self.first_dirty = True
+            return
+        seg = segs[-1]
+        assert self.durable_seg is not None and self.durable_seg[0] == seg.first_seq
+        for fd in (seg.fd, seg.ifd):
+            if fd >= 0:
+                self.dirty_fds.discard(fd)
+                self._retire(fd)
+        seg.fd = seg.ifd = -1
+        seg.count = last - seg.first_seq + 1
+        seg.end = self.durable_seg[1]
+        os.truncate(seg.dat, seg.end)
+        os.truncate(seg.idx, len(IDX_MAGIC) + seg.count * IDX.size)
+        self._open_write_segment(seg)
 
     # --- reading --------------------------------------------------------------------
 
@@ -496,12 +557,6 @@ class FileMsgLog(MsgLog):
             count -= n
         return out
 
-    def first_timestamp(self) -> int:
-        return self.ix.ts[self.ix.head]
-
-    def find_timestamp(self, ts: int) -> int:
-        return self.ix.find_ts(ts)
-
     # --- dropping -------------------------------------------------------------------
 
     def drop_first(self, n: int) -> None:
@@ -528,7 +583,12 @@ class FileMsgLog(MsgLog):
     # --- lifecycle ------------------------------------------------------------------
 
     def close(self) -> None:
-        self.flush()
+        try:
+            self.flush()
+        finally:
+            self._release_fds()
+
+    def _release_fds(self) -> None:
         for seg in self.segs:
             for fd in (seg.fd, seg.ifd):
                 if fd >= 0:
@@ -540,6 +600,9 @@ class FileMsgLog(MsgLog):
         self.dirty_fds.clear()
 
     def destroy(self) -> None:
+        self.wbuf.clear()  # the files go: nothing left to write
+        self.ibuf.clear()
+        self.first_dirty = False
         self.close()
         for seg in self.segs:
             seg.dat.unlink(missing_ok=True)

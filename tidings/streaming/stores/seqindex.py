@@ -72,6 +72,20 @@ class SeqIndex:
             del self.offs[:h]
             self.head = 0
 
+    def truncate(self, last: int) -> None:
+        """Forget the entries after ``last``; if none is left, the next sequence is last + 1."""
+        n = self.last - last
+        if n <= 0:
+            return
+        if n >= self.count:
+            self.reset(last + 1)
+            return
+        keep = len(self.ts) - n
+        self.nbytes -= sum(self.sizes[keep:])
+        del self.ts[keep:]
+        del self.sizes[keep:]
+        del self.offs[keep:]
+
     def find_ts(self, ts: int) -> int:
         """First sequence with timestamp >= ts (``last + 1`` if none)."""
         i = bisect_left(self.ts, ts, lo=self.head)

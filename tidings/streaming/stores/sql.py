@@ -4,26 +4,36 @@ Changes are buffered in memory and written in one transaction per :meth:`SqlStor
 (group commit); the in-memory state answers reads, so only old messages are read back from
 the database. The two dialects differ only in parameter style, the blob type and how the
 sync policy is applied (``PRAGMA synchronous`` / ``synchronous_commit``).
+
+A transaction the database refuses is rolled back: its messages, and those stored since, are
+forgotten (``epoch`` counts these rollbacks); the other changes are queued for the next sync.
+One server per store: SQLite holds ``<database>.lock``, PostgreSQL a session advisory lock
+keyed on the database and schema.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from .base import (
     ClientRecord,
     CorruptStoreError,
     MsgRecord,
-    StoreError,
     StoreLimits,
+    StoreLockedError,
+    StoreWriteError,
     SubRecord,
 )
-from .core import Channel, CoreStore, MsgLog
-from .seqindex import SeqIndex
+from .core import Channel, CoreStore, IndexedMsgLog, MsgLog
+from .lockfile import lock_store, unlock_store
 
 SYNC_POLICIES = ("batch", "interval", "never")
+_PG_APP = "tidings streaming"
+_PG_LOCK_CLASS = 0x7469_6469  # "tidi": the first key of the advisory lock
 _new_record = tuple.__new__
 
 SCHEMA = """
@@ -85,29 +95,21 @@ SQLITE = Dialect("sqlite", "?", "BLOB")
 POSTGRES = Dialect("postgres", "%s", "BYTEA")
 
 
-class SqlMsgLog(MsgLog):
-    """A channel's messages: unwritten ones in memory, the rest in the database."""
+class SqlMsgLog(IndexedMsgLog):
+    """A channel's messages: unwritten ones in memory, the rest in the database.
+
+    ``pending`` are not yet handed to a transaction, ``inflight`` are in the one running;
+    ``durable_last`` is the last sequence committed.
+    """
 
     def __init__(self, store: SqlStore, ch: Channel, channel_id: int, cache_msgs: int) -> None:
+        super().__init__(cache_msgs)
         self.store = store
         self.ch = ch
         self.channel_id = channel_id
-        self.ix = SeqIndex(1)
-        self.first_seq = 1
-        self.last_seq = 0
-        self.last_ts = 0
         self.pending: list[MsgRecord] = []
         self.inflight: list[MsgRecord] = []
         self.db_first = 1
-        size = 1
-        while size < max(cache_msgs, 1):
-            size <<= 1
-        self._mask = size - 1
-        self._ring: list[MsgRecord | None] = [None] * size
-
-    @property
-    def nbytes(self) -> int:  # type: ignore[override]
-        return self.ix.nbytes
 
     def append(self, recs: list[MsgRecord]) -> None:
         ix = self.ix
@@ -127,6 +129,13 @@ class SqlMsgLog(MsgLog):
         self.ix.reset(first_seq)
         self.first_seq = first_seq
         self.last_seq = first_seq - 1
+        self.durable_last = self.last_seq
+        self.store._dirty_chans.add(self.ch)
+
+    def rollback(self) -> None:
+        self.pending = []
+        self.inflight = []
+        self._forget_after(self.durable_last)
         self.store._dirty_chans.add(self.ch)
 
     def _in_memory(self, seq: int) -> MsgRecord | None:
@@ -174,12 +183,6 @@ class SqlMsgLog(MsgLog):
             out.append(r)
         return out
 
-    def first_timestamp(self) -> int:
-        return self.ix.ts[self.ix.head]
-
-    def find_timestamp(self, ts: int) -> int:
-        return self.ix.find_ts(ts)
-
     def drop_first(self, n: int) -> None:
         n = min(n, self.count)
         if n <= 0:
@@ -190,6 +193,19 @@ class SqlMsgLog(MsgLog):
             keep = self.first_seq - self.pending[0].seq
             del self.pending[:keep]
         self.store._dirty_chans.add(self.ch)
+
+
+class _Taken:
+    """The buffered changes one transaction carries (see :meth:`SqlStore._take_batch`)."""
+
+    def __init__(self) -> None:
+        self.logs: list[tuple[Channel, int, int]] = []  # (channel, last seq, old db_first)
+        self.deleted: list[int] = []
+        self.client_ops: dict[str, ClientRecord | None] = {}
+        self.sub_ops: dict[int, tuple[Channel, SubRecord] | None] = {}
+        self.pend_add: set[tuple[int, int]] = set()
+        self.pend_del: set[tuple[int, int]] = set()
+        self.info = False
 
 
 class SqlStore(CoreStore):
@@ -220,7 +236,6 @@ class SqlStore(CoreStore):
         self._pend_add: set[tuple[int, int]] = set()
         self._pend_del: set[tuple[int, int]] = set()
         self._info_dirty = False
-        self._failed: BaseException | None = None
         self._sql = dialect.sql
         self._create_schema()
         self._recover()
@@ -239,11 +254,29 @@ class SqlStore(CoreStore):
         import sqlite3
 
         _check_policy(sync)
-        conn = sqlite3.connect(str(path), check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        level = {"batch": "FULL", "interval": "NORMAL", "never": "OFF"}[sync]
-        conn.execute(f"PRAGMA synchronous={level}")
-        return cls(conn, SQLITE, limits, cache_msgs=cache_msgs, on_close=conn.close)
+        lock_fd = -1
+        if str(path) != ":memory:":
+            lock_fd = lock_store(Path(f"{path}.lock"), f"sqlite store {path}")
+        try:
+            conn = sqlite3.connect(str(path), check_same_thread=False)
+        except BaseException:
+            if lock_fd >= 0:
+                unlock_store(lock_fd)
+            raise
+
+        def close() -> None:
+            conn.close()
+            if lock_fd >= 0:
+                unlock_store(lock_fd)
+
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            level = {"batch": "FULL", "interval": "NORMAL", "never": "OFF"}[sync]
+            conn.execute(f"PRAGMA synchronous={level}")
+            return cls(conn, SQLITE, limits, cache_msgs=cache_msgs, on_close=close)
+        except BaseException:
+            close()
+            raise
 
     @classmethod
     def postgres(
@@ -258,16 +291,21 @@ class SqlStore(CoreStore):
         import psycopg
 
         _check_policy(sync)
-        conn = psycopg.connect(dsn)
-        with conn.cursor() as cur:
-            if schema:
-                ident = psycopg.sql.Identifier(schema)
-                cur.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-                cur.execute(psycopg.sql.SQL("SET search_path TO {}").format(ident))
-            if sync != "batch":
-                cur.execute("SET synchronous_commit TO off")
-        conn.commit()
-        return cls(conn, POSTGRES, limits, cache_msgs=cache_msgs, on_close=conn.close)
+        conn = psycopg.connect(dsn, application_name=f"{_PG_APP} pid {os.getpid()}")
+        try:
+            with conn.cursor() as cur:
+                if schema:
+                    ident = psycopg.sql.Identifier(schema)
+                    cur.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+                    cur.execute(psycopg.sql.SQL("SET search_path TO {}").format(ident))
+                if sync != "batch":
+                    cur.execute("SET synchronous_commit TO off")
+            conn.commit()
+            _pg_lock(conn)
+            return cls(conn, POSTGRES, limits, cache_msgs=cache_msgs, on_close=conn.close)
+        except BaseException:
+            conn.close()
+            raise
 
     # --- opening --------------------------------------------------------------------
 
@@ -316,6 +354,7 @@ class SqlStore(CoreStore):
                 log.first_seq = log.last_seq + 1
                 ix.reset(log.first_seq)
             log.db_first = log.first_seq
+            log.durable_last = log.last_seq
         for row in q(
             "SELECT id, hb_inbox, conn_id, protocol, ping_interval, ping_max_out "
             "FROM tidings_clients"
@@ -409,9 +448,18 @@ class SqlStore(CoreStore):
             self._conn.commit()
             return rows
 
-    def _take_batch(self) -> list[tuple[str, list[tuple[Any, ...]]]]:
-        """Move every buffered change into SQL statements (called with the lock held)."""
+    def _take_batch(self, taken: _Taken) -> list[tuple[str, list[tuple[Any, ...]]]]:
+        """Move every buffered change into SQL statements (called with the lock held).
+
+        ``taken`` records what was moved, to put it back if the transaction fails.
+        """
         batch: list[tuple[str, list[tuple[Any, ...]]]] = []
+        taken.deleted = list(self._deleted_chans)
+        taken.client_ops = dict(self._client_ops)
+        taken.sub_ops = dict(self._sub_ops)
+        taken.pend_add = set(self._pend_add)
+        taken.pend_del = set(self._pend_del)
+        taken.info = self._info_dirty
         if self._deleted_chans:
             ids = [(cid,) for cid in self._deleted_chans]
             batch.append(("DELETE FROM tidings_messages WHERE channel_id = ?", ids))
@@ -428,6 +476,7 @@ class SqlStore(CoreStore):
         chans, msgs, trims = [], [], []
         for ch in self._dirty_chans:
             log: SqlMsgLog = ch.log  # type: ignore[assignment]
+            taken.logs.append((ch, log.last_seq, log.db_first))
             cid = log.channel_id
             chans.append((cid, ch.name, log.first_seq, log.last_seq))
             if log.pending:
@@ -539,26 +588,56 @@ class SqlStore(CoreStore):
     def sync(self) -> None:
         """Write all buffered changes in one transaction and commit.
 
-        Safe to call from a worker thread; storing continues meanwhile.
+        Safe to call from a worker thread; storing continues meanwhile. If the database
+        refuses the transaction, the messages not yet committed are rolled back, the other
+        changes are kept for the next sync, and :class:`StoreWriteError` is raised.
         """
         with self._sync_lock:
-            if self._failed is not None:
-                raise StoreError("an earlier write to the database failed") from self._failed
+            taken = _Taken()
             with self._lock:
                 if self._closed:
                     return
-                batch = self._take_batch()
+                batch = self._take_batch(taken)
             if not batch:
                 return
             try:
                 self._write(batch)
-            except BaseException as exc:
-                # The buffered changes are gone from memory; refuse to pretend otherwise.
-                self._failed = exc
-                raise
+            except Exception as exc:
+                with self._lock:
+                    self._rollback_locked(taken)
+                raise StoreWriteError(f"database write failed: {exc}") from exc
             with self._lock:
-                for ch in self._channels.values():
-                    ch.log.inflight = []  # type: ignore[attr-defined]
+                for ch, last, _ in taken.logs:
+                    log: SqlMsgLog = ch.log  # type: ignore[assignment]
+                    log.inflight = []
+                    log.durable_last = max(log.durable_last, last)
+
+    def _rollback_locked(self, taken: _Taken) -> None:
+        """Forget the uncommitted messages; queue the other changes of ``taken`` again."""
+        self.epoch += 1
+        for ch, _, db_first in taken.logs:
+            if self._channels.get(ch.name) is ch:
+                ch.log.db_first = db_first  # type: ignore[attr-defined]
+                self._dirty_chans.add(ch)
+        for ch in self._channels.values():
+            log: SqlMsgLog = ch.log  # type: ignore[assignment]
+            if log.pending or log.inflight or log.last_seq != log.durable_last:
+                log.rollback()
+        self._deleted_chans[:0] = taken.deleted
+        self._client_ops = {**taken.client_ops, **self._client_ops}
+        self._sub_ops = {**taken.sub_ops, **self._sub_ops}
+        # as _on_sent / _on_acked do: a later opposite change cancels an earlier one
+        for key in taken.pend_add:
+            if key in self._pend_del:
+                self._pend_del.discard(key)
+            else:
+                self._pend_add.add(key)
+        for key in taken.pend_del:
+            if key in self._pend_add:
+                self._pend_add.discard(key)
+            else:
+                self._pend_del.add(key)
+        self._info_dirty |= taken.info
 
     def close(self) -> None:
         if self._closed:
@@ -575,6 +654,41 @@ class SqlStore(CoreStore):
                 ch.log.close()
             if self._on_close is not None:
                 self._on_close()
+
+
+def _pg_lock(conn: Any) -> None:
+    """Hold a session advisory lock on the store's schema, or refuse (one writer per store).
+
+    The key is derived from the schema the tables live in, so stores in different schemas
+    of one database do not exclude each other; the lock ends with the connection.
+    """
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT pg_try_advisory_lock(%s, hashtext(current_database() || '.' || "
+            "current_schema())), current_database(), current_schema()",
+            (_PG_LOCK_CLASS,),
+        )
+        got, db, schema = cur.fetchone()
+        owner = "unknown"
+        if not got:
+            cur.execute(
+                "SELECT a.application_name, a.pid FROM pg_locks l "
+                "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+                "AND l.granted AND l.objsubid = 2 AND l.classid = %s AND l.objid = "
+                "hashtext(current_database() || '.' || current_schema())::oid",
+                (_PG_LOCK_CLASS,),
+            )
+            row = cur.fetchone()
+            if row is not None:
+                app, backend = row
+                prefix = f"{_PG_APP} pid "
+                owner = app[len(prefix):] if app.startswith(prefix) else f"backend {backend}"
+    conn.commit()
+    if not got:
+        raise StoreLockedError(
+            f"postgres store (database {db}, schema {schema}) is in use by another server "
+            f"(pid {owner})"
+        )
 
 
 def _check_policy(sync: str) -> None:
