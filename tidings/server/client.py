@@ -100,8 +100,10 @@ def decode_connect(arg: bytes) -> dict[str, Any]:
 FIRST_PING_INTERVAL = 2.0
 RTT_INTERVAL = 3600.0
 
-# A read larger than FEED_SLICE is parsed slice by slice; after FEED_BUDGET seconds the rest
-# waits for the next loop turn, so one client's read never blocks the others for long.
+# A connection's input is parsed for at most FEED_BUDGET seconds per loop turn (a large read
+# slice by slice); the rest waits for the next turn with reading paused, so one client's
+# input never blocks the others for long. The event loop may hand a connection several
+# reads in one turn (libuv reads until the socket is empty): the budget covers them all.
 FEED_SLICE = 16 * 1024
 FEED_BUDGET = 0.004
 
@@ -146,7 +148,7 @@ class ClientConnection(asyncio.Protocol):
         "rtt_start",
         "in_msgs", "in_bytes", "out_msgs", "out_bytes", "started",
         "congested", "stalled_by", "stalling", "stall_timer", "out_vectored",
-        "backlog", "input_paused",
+        "backlog", "input_paused", "turn", "turn_end",
     )
 
     def __init__(self, server: Server) -> None:
@@ -196,6 +198,8 @@ class ClientConnection(asyncio.Protocol):
         self.stall_timer: asyncio.TimerHandle | None = None
         self.backlog: bytes | None = None  # input read but not parsed yet (see _consume)
         self.input_paused = False
+        self.turn = 0  # the loop turn (Server.current_turn) our input budget belongs to
+        self.turn_end = 0.0
 
     # -- asyncio callbacks ---------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -227,16 +231,24 @@ class ClientConnection(asyncio.Protocol):
             self.backlog += data
             self.pause_input()
             return
+        turn = self.server.current_turn()
+        if self.turn != turn:
+            self.turn = turn
+            self.turn_end = time.perf_counter() + FEED_BUDGET
         rest = self._consume(data)
         if rest is not None:
             self.backlog = rest
             self.pause_input()
             self.server.loop.call_soon(self._work_backlog)
+        elif time.perf_counter() > self.turn_end and not self.closed:
+            # Spent: the next read of this socket waits for the next turn.
+            self.pause_input()
+            self.server.loop.call_soon(self.resume_input)
 
     def _consume(self, data: bytes) -> bytes | None:
         """Parse and route `data`, then flush. A large read is parsed a slice at a time and
-        given up after FEED_BUDGET seconds, so that a read full of costly operations does
-        not hold up every other client: the bytes left are returned, to go on next turn."""
+        given up when this turn's budget is spent, so that a read full of costly operations
+        does not hold up every other client: the bytes left are returned, to go on later."""
         server = self.server
         server.reader = self
         rest = None
@@ -244,7 +256,7 @@ class ClientConnection(asyncio.Protocol):
             if len(data) <= FEED_SLICE:
                 self.parser.feed(data)
             else:
-                deadline = time.perf_counter() + FEED_BUDGET
+                deadline = self.turn_end
                 pos, n = 0, len(data)
                 while pos < n and not self.closed:
                     self.parser.feed(data[pos : pos + FEED_SLICE])
@@ -268,6 +280,8 @@ class ClientConnection(asyncio.Protocol):
         if self.closed or self.stalled_by or self.backlog is None:
             return  # a stall's end resumes the work (resume_input)
         data, self.backlog = self.backlog, None
+        self.turn = self.server.current_turn()
+        self.turn_end = time.perf_counter() + FEED_BUDGET
         rest = self._consume(data)
         if rest is not None:
             self.backlog = rest

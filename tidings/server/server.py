@@ -52,6 +52,8 @@ class Server:
         self.total_connections = 0
         self.started = time.time()
         self._cid = 0
+        self._turn = 0
+        self._turn_open = False
         self._qseq = 0
         self._listener: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.TimerHandle | None = None
@@ -118,6 +120,19 @@ class Server:
 
     def request_stop(self) -> None:
         asyncio.ensure_future(self.shutdown())
+
+    # -- loop turns ----------------------------------------------------------
+    def current_turn(self) -> int:
+        """A number for the event loop's current turn: it changes once the callbacks of
+        this turn have run (a callback scheduled on the first call marks the end)."""
+        if not self._turn_open:
+            self._turn_open = True
+            self._turn += 1
+            self.loop.call_soon(self._close_turn)
+        return self._turn
+
+    def _close_turn(self) -> None:
+        self._turn_open = False
 
     # -- clients -------------------------------------------------------------
     def next_cid(self) -> int:
