@@ -32,19 +32,10 @@ def _cmd_server(args: argparse.Namespace) -> int:
         from .streaming.server import options_from_args as streaming_options
         from .streaming.server import start_embedded
 
-        try:
-            sopts = streaming_options(args)
-        except (OSError, ValueError) as exc:
-            logging.getLogger("tidings").error("streaming: %s", exc)
-            return 2
+        sopts = streaming_options(args)
 
         async def extra_start(core: object) -> None:
-            try:
-                running.append(await start_embedded(core, sopts))
-            except Exception as exc:
-                logging.getLogger("tidings").error("streaming server failed to start: %s", exc)
-                core.request_stop()  # type: ignore[attr-defined]
-                raise SystemExit(1) from exc
+            running.append(await start_embedded(core, sopts))
 
     async def main() -> None:
         try:
@@ -70,19 +61,16 @@ def _cmd_streaming(args: argparse.Namespace) -> int:
     from .streaming.server import run_standalone
 
     install_uvloop()
+    sopts = streaming_options(args)
     try:
-        sopts = streaming_options(args)
         asyncio.run(run_standalone(sopts))
     except KeyboardInterrupt:
         pass
-    except Exception as exc:
-        logging.getLogger("tidings").error("streaming: %s", exc)
-        return 1
     return 0
 
 
 def _cmd_import_ref(args: argparse.Namespace) -> int:
-    from .streaming.importref import import_reference
+    from .streaming.importref import check_source, import_reference
     from .streaming.server import options_from_args as streaming_options
     from .streaming.server.options import open_store_for
 
@@ -91,6 +79,7 @@ def _cmd_import_ref(args: argparse.Namespace) -> int:
         print("import-ref: choose a durable store (--store file --dir DIR, or --store sql)",
               file=sys.stderr)
         return 2
+    check_source(args.source)  # before the store exists: a bad source creates nothing
     store = open_store_for(sopts)
     try:
         report = import_reference(args.source, store)
@@ -162,10 +151,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """What a user's input or environment causes (a port in use, a bad path or address, a
+    refused option, a server that cannot be reached): a message, never a traceback."""
+    from .client.errors import Error as ClientError
+    from .streaming.stores.base import StoreError
+
+    return OSError, ValueError, StoreError, ClientError
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except _user_errors() as exc:
+        if getattr(args, "debug", False):
+            logging.getLogger("tidings").exception("%s failed", args.command)
+        print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

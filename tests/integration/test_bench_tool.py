@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -168,3 +169,55 @@ def test_streaming_workloads_against_tidings(tidings_server, tmp_path: Path) -> 
     assert set(results) == {"stan-pub", "stan-sub"}
     for r in results.values():
         assert (r["sent"], r["delivered"], r["errors"]) == (2000, 2000, [])
+
+
+def test_a_failed_workload_keeps_what_finished(nats_server: tuple[int, int],
+                                               tmp_path: Path) -> None:
+    """stan-pub against a server without streaming fails; the pub run before it is kept."""
+    port, _ = nats_server
+    out = tmp_path / "bench.json"
+    proc = run_bench("--url", f"nats://127.0.0.1:{port}", "--workloads", "pub,stan-pub",
+                     "--sizes", "16", "--msgs", str(MSGS), "--duration", "60",
+                     "--timeout", "1", "--json", str(out))
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "stan-pub 16 B failed: no reply" in proc.stderr.strip().splitlines()[-1]
+    assert "Throughput" in proc.stdout
+    results = json.loads(out.read_text())["results"]
+    assert [(r["workload"], r["sent"]) for r in results] == [("pub", MSGS)]
+
+
+def test_streaming_runs_reuse_one_channel_per_workload(tmp_path: Path) -> None:
+    """The streaming protocol cannot delete a channel: runs reuse theirs (unique names per
+    run would pile up until max_channels), and stan-sub reads only its own prefill."""
+    from tests.servers import free_port as any_port
+    from tests.servers import start_tidings
+
+    mport = any_port()
+    server = start_tidings(extra_args=["-m", str(mport)])
+    try:
+        for _ in range(2):
+            out = tmp_path / "stan.json"
+            proc = run_bench("--url", server.url, "--workloads", "stan-pub,stan-sub",
+                             "--sizes", "128", "--msgs", "1500", "--duration", "60",
+                             "--json", str(out))
+            assert proc.returncode == 0, proc.stderr
+            for r in json.loads(out.read_text())["results"]:
+                assert (r["sent"], r["delivered"], r["errors"]) == (1500, 1500, [])
+        url = f"http://127.0.0.1:{mport}/streaming/channelsz?subs=1"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            channels = json.loads(resp.read())["channels"]
+        assert {c["name"]: c["msgs"] for c in channels} == {
+            "tidings-bench.stan-pub": 3000, "tidings-bench.stan-sub": 3000}
+        assert all(c.get("subscriptions") in (None, []) for c in channels)  # all closed
+    finally:
+        server.stop()
+
+
+def test_stan_pub_stops_at_its_duration(tidings_server) -> None:
+    from tidings.bench.streaming import bench_publish
+
+    asked = 10_000_000  # far more than any server acknowledges in a fraction of a second
+    r = bench_publish(tidings_server.url, msgs=asked, size=16, duration=0.3, timeout=10)
+    assert 0 < r.msgs < asked
+    assert r.errors == 0

@@ -96,3 +96,54 @@ def test_cli_wiring():
     demo = _config_from_args(build_parser().parse_args(["pipeline", "--demo"]))
     assert demo.output.startswith("pipeline-out/demo-") and demo.window == "5 seconds"
     assert cfg.nats_options() == {"url": "nats://h:1", "user": "u", "clusterId": "c"}
+
+
+def _progress(batch, rows, start, end, watermark="1970-01-01T00:00:00.000Z"):
+    """A progress report as Spark gives it (fields the pipeline reads)."""
+    return {"batchId": batch, "numInputRows": rows, "processedRowsPerSecond": 10.0,
+            "eventTime": {"watermark": watermark},
+            "stateOperators": [{"numRowsTotal": 4}],
+            "sources": [{"description": "PythonMicroBatchStream", "numInputRows": rows,
+                         "startOffset": json.dumps(start), "endOffset": json.dumps(end)}]}
+
+
+def test_progress_line_counts_the_batch_range():
+    from tidings.spark.pipeline import describe
+
+    first = describe(_progress(0, 301, {"ev": 0}, {"ev": 301}))
+    assert first.startswith("batch 0: 301 events in,") and "watermark none yet" in first
+    # A batch replayed after a restart whose Parquet sink already has it: Spark reads no row.
+    replayed = describe(_progress(3, 0, {"ev": 301}, {"ev": 602, "new": 7},
+                                  "2023-11-14T22:13:45.000Z"))
+    assert replayed.startswith("batch 3: 301 events in (0 read),")
+    assert "watermark 2023-11-14T22:13:45.000Z" in replayed
+    assert describe(_progress(0, 5, None, {"ev": 5})).startswith("batch 0: 5 events in,")
+
+
+def test_every_batch_and_every_final_window_are_printed(spark, stan_server, channel_name,
+                                                        tmp_path, capsys):
+    import re
+
+    from tidings.spark.pipeline import ProgressLog, _summary, watch
+
+    events = channel_name("events")
+    evs = [_event(f"k{i % 4}", i, w * 10 + i % 10) for w in range(3) for i in range(4)]
+    evs.append(_event("k0", 0, 40))  # watermark 35 s: windows 0, 1 and 2 are final
+    publish(stan_server.url, events, evs)
+    cfg = PipelineConfig(url=stan_server.url, channels=(events,),
+                         output=str(tmp_path / "out"), checkpoint=str(tmp_path / "ckpt"),
+                         results_channel=channel_name("results"), window="10 seconds",
+                         watermark="5 seconds", trigger="availableNow",
+                         max_messages_per_trigger=4)
+    lines: list[str] = []
+    log = ProgressLog(start(spark, cfg), lines.append)
+    watch(log, lambda: False, every=600)  # one report at the end must still show them all
+    for q in log.queries:
+        got = [(int(b), int(n)) for b, n in
+               re.findall(rf"\[{q.name}\] batch (\d+): (\d+) events in", "\n".join(lines))]
+        assert [b for b, _ in got] == sorted({p["batchId"] for p in q.recentProgress})
+        assert sum(n for _, n in got) == len(evs) and len(got) >= 4
+    _summary(spark, cfg, len(evs))
+    out = capsys.readouterr().out
+    for w in range(3):
+        assert f"{_utc_naive(w):%H:%M:%S}-{_utc_naive(w + 1):%H:%M:%S} keys=4   count=4 " in out

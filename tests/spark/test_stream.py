@@ -120,3 +120,36 @@ def test_starting_offsets_and_new_messages_only(spark, stan_server, channel_name
     assert explicit.awaitTermination(120)
     got = [(r.sequence, r.body) for r in spark.sql("select * from explicit_offsets").collect()]
     assert sorted(got) == [(2, "before-2"), (3, "after-1")]
+
+
+def _driver_clients(server):
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"{server.monitor_url}/streaming/clientsz", timeout=10) as r:
+        return {c["id"] for c in json.loads(r.read())["clients"] if c["id"].startswith("spark-d-")}
+
+
+def test_queries_leave_no_streaming_client_registered(spark, stan_server, channel_name,
+                                                      tmp_path):
+    """Spark ends the stream reader's process without calling stop(): the driver holds no
+    streaming client between calls, so none stays registered after a query."""
+    ch = channel_name()
+    publish(stan_server.url, ch, [b"x"] * 5)
+    before = _driver_clients(stan_server)
+    available_now = (_stream(spark, stan_server, [ch]).writeStream.format("noop")
+                     .option("checkpointLocation", str(tmp_path / "a"))
+                     .trigger(availableNow=True).start())
+    assert available_now.awaitTermination(120)
+    assert available_now.exception() is None
+    continuous = (_stream(spark, stan_server, [ch]).writeStream.format("noop")
+                  .option("checkpointLocation", str(tmp_path / "b"))
+                  .trigger(processingTime="200 milliseconds").start())
+    try:
+        while not continuous.recentProgress or \
+                sum(p["numInputRows"] for p in continuous.recentProgress) < 5:
+            assert continuous.exception() is None
+            continuous.awaitTermination(0.2)
+    finally:
+        continuous.stop()
+    assert _driver_clients(stan_server) - before == set()

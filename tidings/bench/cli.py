@@ -9,7 +9,9 @@ import sys
 import time
 
 from rich.console import Console
+from rich.markup import escape
 
+from tidings.bench.crew import WorkerError
 from tidings.bench.progress import RunProgress
 from tidings.bench.report import print_results, write_csv, write_json
 from tidings.bench.results import Result
@@ -83,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
                         conn_subs=args.conn_subs)
     results: list[Result] = []
     interrupted = False
+    failure = ""  # a run that could not go on: what finished is still reported
     try:
         for spec in plan(workloads, sizes):
             title = spec.title(settings)
@@ -90,8 +93,12 @@ def run(args: argparse.Namespace) -> int:
                 err.print(f"[yellow]skip[/yellow] {title}: over the server's max_payload")
                 continue
             unit = "conns" if spec.workload == "memory" else "msgs"
-            with RunProgress(err, title, unit) as progress:
-                result = run_spec(spec, settings, progress)
+            try:
+                with RunProgress(err, title, unit) as progress:
+                    result = run_spec(spec, settings, progress)
+            except (OSError, ProtocolError, WorkerError) as e:
+                failure = f"{title} failed: {e}"
+                break
             results.append(result)
             failed = " [red]with errors[/red]" if result.errors else ""
             err.print(f"[dim]done {title}{failed}[/dim]")
@@ -118,9 +125,11 @@ def run(args: argparse.Namespace) -> int:
     if args.csv:
         write_csv(args.csv, results)
         err.print(f"wrote {args.csv}")
+    if failure:
+        err.print(f"[red]error:[/red] {escape(failure)}", soft_wrap=True)
     if interrupted:
         return 130
-    return 1 if any(r.errors for r in results) else 0
+    return 1 if failure or any(r.errors for r in results) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

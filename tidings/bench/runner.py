@@ -82,7 +82,8 @@ def run_spec(spec: Spec, settings: Settings, progress: ProgressFn = no_progress)
 
 def run_streaming(workload: str, size: int, settings: Settings) -> Result:
     """A streaming workload against the streaming server behind the URL (cluster id from
-    TIDINGS_BENCH_CLUSTER_ID, default test-cluster)."""
+    TIDINGS_BENCH_CLUSTER_ID, default test-cluster), publishing for at most --duration into
+    one channel per workload that every run reuses."""
     import os
 
     from tidings.bench.streaming import bench_publish, bench_subscribe
@@ -90,12 +91,9 @@ def run_streaming(workload: str, size: int, settings: Settings) -> Result:
     cluster_id = os.environ.get("TIDINGS_BENCH_CLUSTER_ID", "test-cluster")
     url = str(settings.endpoint)
     msgs = min(settings.msgs, 200_000)
-    if workload == "stan-pub":
-        r = bench_publish(url, cluster_id=cluster_id, msgs=msgs, size=size,
-                          timeout=settings.timeout)
-    else:
-        r = bench_subscribe(url, cluster_id=cluster_id, msgs=msgs, size=size,
-                            timeout=settings.timeout)
+    bench = bench_publish if workload == "stan-pub" else bench_subscribe
+    r = bench(url, cluster_id=cluster_id, msgs=msgs, size=size, timeout=settings.timeout,
+              duration=settings.duration)
     errors = [f"{r.errors} errors"] if r.errors else []
     return ThroughputResult(workload, size, 1 if workload == "stan-sub" else 0, r.msgs, r.msgs,
                             r.seconds, errors=errors)

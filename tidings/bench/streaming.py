@@ -30,6 +30,11 @@ from tidings.streaming.pb import protocol_pb2 as pb
 __all__ = ["StreamingBenchResult", "bench_publish", "bench_subscribe", "main"]
 
 DEFAULT_CLUSTER_ID = "test-cluster"
+# One channel per workload, reused by every run: the streaming protocol cannot delete a
+# channel, so unique names would pile up (and reach the server's max_channels, 100 by
+# default). What a run leaves is bounded by the channel limits (max_msgs, max_bytes).
+PUB_CHANNEL = "tidings-bench.stan-pub"
+SUB_CHANNEL = "tidings-bench.stan-sub"
 _CHUNK = 256
 
 
@@ -57,8 +62,8 @@ class StreamingBenchResult:
         return d
 
 
-class BenchError(Exception):
-    pass
+class BenchError(ProtocolError):
+    """The streaming server refused or did not answer."""
 
 
 class _Conn(Conn):
@@ -165,6 +170,30 @@ class _Stan:
         self.resp = resp
         self.tag = tag
 
+    def subscribe(self, channel: str, sid: bytes, max_inflight: int,
+                  start: int = pb.First, start_seq: int = 0) -> pb.SubscriptionResponse:
+        """Subscribe to ``channel``; its messages arrive as MSG frames on ``sid``."""
+        inbox = f"_INBOX.bench.{self.tag}.{sid.decode()}"
+        self.conn.send(b"SUB %s %s\r\n" % (inbox.encode(), sid))
+        req = pb.SubscriptionRequest(clientID=self.client_id, subject=channel, inbox=inbox,
+                                     maxInFlight=max_inflight, ackWaitInSecs=60,
+                                     startPosition=start, startSequence=start_seq)
+        resp = pb.SubscriptionResponse.FromString(self.conn.request(
+            self.resp.subRequests, req.SerializeToString(), b"7", f"{inbox}.r"))
+        if resp.error:
+            raise BenchError(resp.error)
+        return resp
+
+    def first_sequence(self, sid: bytes) -> int:
+        """The sequence of the first message delivered on ``sid``."""
+        deadline = time.monotonic() + self.conn.timeout
+        while time.monotonic() < deadline:
+            for fsid, _, data in self.conn.frames():
+                if fsid == sid:
+                    return pb.MsgProto.FromString(data).sequence
+            self.conn.recv_some(0.05)
+        raise BenchError(f"no message for {self.conn.timeout}s on the probe subscription")
+
     def heartbeat(self, frames: list[tuple[bytes, bytes, bytes]]) -> None:
         for sid, reply, _ in frames:
             if sid == self.HB_SID and reply:
@@ -201,11 +230,14 @@ def bench_publish(
     msgs: int = 200_000,
     size: int = 128,
     max_inflight: int = 16384,
-    channel: str | None = None,
+    channel: str = PUB_CHANNEL,
     timeout: float = 30.0,
+    duration: float = 0.0,
 ) -> StreamingBenchResult:
-    """Publish ``msgs`` messages of ``size`` bytes with async PubAcks; time until all acked."""
-    channel = channel or f"bench.pub.{os.urandom(4).hex()}"
+    """Publish ``msgs`` messages of ``size`` bytes with async PubAcks; time until all acked.
+
+    With ``duration`` publishing stops after that many seconds (the acks of what was sent
+    are still awaited)."""
     stan = _Stan(url, cluster_id, f"bench-pub-{os.urandom(4).hex()}", timeout)
     conn = stan.conn
     ack_sid = b"2"
@@ -218,6 +250,9 @@ def bench_publish(
     start = time.perf_counter()
     try:
         while acked + errors < msgs:
+            if duration and sent < msgs and time.perf_counter() - start >= duration:
+                msgs = sent
+                continue
             room = min(max_inflight - (sent - acked - errors), msgs - sent)
             if room >= _CHUNK or (room > 0 and sent + room == msgs):
                 k = min(room, _CHUNK * 8)
@@ -259,40 +294,40 @@ def bench_subscribe(
     msgs: int = 200_000,
     size: int = 128,
     max_inflight: int = 16384,
-    channel: str | None = None,
+    channel: str = SUB_CHANNEL,
     prefill: bool = True,
     timeout: float = 30.0,
+    duration: float = 0.0,
 ) -> StreamingBenchResult:
-    """Subscribe from the first message and ack each one; time until ``msgs`` are acked.
+    """Subscribe and ack each message; time until ``msgs`` are acked.
 
-    With ``prefill`` the channel is first filled with ``msgs`` messages (not timed);
-    otherwise ``channel`` must already hold them.
+    With ``prefill`` the channel is first filled with ``msgs`` messages (for at most
+    ``duration`` seconds; not timed) and the subscription starts at the first of them, so
+    what earlier runs left in the channel is not read; otherwise it starts at the channel's
+    first message and ``channel`` must already hold them.
     """
-    if channel is None:
-        channel = f"bench.sub.{os.urandom(4).hex()}"
+    start_seq = 0
     if prefill:
-        bench_publish(url, cluster_id=cluster_id, msgs=msgs, size=size, channel=channel,
-                      timeout=timeout)
+        probe = _Stan(url, cluster_id, f"bench-probe-{os.urandom(4).hex()}", timeout)
+        try:
+            probe.subscribe(channel, b"4", max_inflight=1, start=pb.NewOnly)
+            msgs = bench_publish(url, cluster_id=cluster_id, msgs=msgs, size=size,
+                                 channel=channel, timeout=timeout, duration=duration).msgs
+            start_seq = probe.first_sequence(b"4") if msgs else 0
+        finally:
+            probe.close()
     stan = _Stan(url, cluster_id, f"bench-sub-{os.urandom(4).hex()}", timeout)
     conn = stan.conn
-    inbox = f"_INBOX.bench.{stan.tag}.msgs"
     sid = b"3"
-    conn.send(b"SUB %s %s\r\n" % (inbox.encode(), sid))
     ack_head = pb.Ack(subject=channel).SerializeToString() + b"\x10"
-    req = pb.SubscriptionRequest(clientID=stan.client_id, subject=channel, inbox=inbox,
-                                 maxInFlight=max_inflight, ackWaitInSecs=60,
-                                 startPosition=pb.First)
-    start = time.perf_counter()
-    resp = pb.SubscriptionResponse.FromString(conn.request(
-        stan.resp.subRequests, req.SerializeToString(), b"7", f"_INBOX.bench.{stan.tag}.s"))
-    if resp.error:
-        stan.close()
-        raise BenchError(resp.error)
-    ack_line = b"PUB %s " % resp.ackInbox.encode()
     got = 0
     seen_last = 0
     last_progress = time.monotonic()
+    start = time.perf_counter()
     try:
+        resp = stan.subscribe(channel, sid, max_inflight,
+                              pb.SequenceStart if start_seq else pb.First, start_seq)
+        ack_line = b"PUB %s " % resp.ackInbox.encode()
         while got < msgs:
             if conn.recv_some(0.05):
                 frames = conn.frames()

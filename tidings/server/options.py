@@ -33,24 +33,46 @@ class ServerOptions:
         return bool(self.user or self.token)
 
 
+def port_number(text: str) -> int:
+    """A TCP port for argparse: 0..65535, and -1 (the reference's "any free port") is 0."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}") from None
+    if not -1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {port} (0 to 65535; 0 or -1: any free port)")
+    return max(port, 0)
+
+
+def positive_int(text: str) -> int:
+    """An integer above zero, for argparse."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {value}")
+    return value
+
+
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags named as nats-server's."""
     d = ServerOptions()
     parser.add_argument("-a", "--addr", "--net", dest="host", default=d.host,
                         help="bind to host address (default %(default)s)")
-    parser.add_argument("-p", "--port", type=int, default=d.port,
-                        help="port for clients; 0 picks a free port (default %(default)s)")
+    parser.add_argument("-p", "--port", type=port_number, default=d.port,
+                        help="port for clients; 0 or -1 picks a free port (default %(default)s)")
     parser.add_argument("-n", "--name", "--server_name", dest="name", default=d.name,
                         help="server name (default: the server id)")
-    parser.add_argument("-m", "--http_port", type=int, default=d.http_port,
+    parser.add_argument("-m", "--http_port", type=port_number, default=d.http_port,
                         help="HTTP port for monitoring (reserved)")
-    parser.add_argument("--max_payload", type=int, default=d.max_payload,
+    parser.add_argument("--max_payload", type=positive_int, default=d.max_payload,
                         help="maximum message payload in bytes (default %(default)s)")
-    parser.add_argument("--max_control_line", type=int, default=d.max_control_line,
+    parser.add_argument("--max_control_line", type=positive_int, default=d.max_control_line,
                         help="maximum control line in bytes (default %(default)s)")
-    parser.add_argument("--max_connections", type=int, default=d.max_connections,
+    parser.add_argument("--max_connections", type=positive_int, default=d.max_connections,
                         help="maximum client connections (default %(default)s)")
-    parser.add_argument("--max_pending", type=int, default=d.max_pending,
+    parser.add_argument("--max_pending", type=positive_int, default=d.max_pending,
                         help="maximum bytes buffered for a client (default %(default)s)")
     parser.add_argument("--ping_interval", type=float, default=d.ping_interval,
                         help="seconds between server pings (default %(default)s)")
@@ -70,5 +92,10 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
+    """Options from parsed flags; a combination the reference refuses raises ValueError."""
     fields = ServerOptions.__dataclass_fields__
-    return ServerOptions(**{k: v for k, v in vars(args).items() if k in fields})
+    options = ServerOptions(**{k: v for k, v in vars(args).items() if k in fields})
+    if options.max_payload > options.max_pending:
+        raise ValueError(f"max_payload ({options.max_payload}) cannot be higher than "
+                         f"max_pending ({options.max_pending})")
+    return options

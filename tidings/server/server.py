@@ -6,6 +6,7 @@ import asyncio
 import hmac
 import json
 import logging
+import os
 import platform
 import secrets
 import signal
@@ -14,6 +15,7 @@ from typing import Any
 
 from .. import __version__
 from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
+from ..signals import SERVER_SIGNALS, trap_unsupported_signals
 from . import flow
 from .client import ClientConnection, Frame
 from .options import ServerOptions
@@ -319,16 +321,29 @@ def install_uvloop() -> bool:
 
 
 async def run(options: ServerOptions, extra_start: Any = None) -> None:
-    """Run a server until SIGINT or SIGTERM, then shut down cleanly."""
+    """Run a server until SIGINT or SIGTERM, then shut down cleanly.
+
+    A failure to listen is an OSError naming the address; one in ``extra_start`` (the
+    embedded streaming server) shuts the server down and is raised."""
     server = Server(options)
-    await server.start()
     loop = asyncio.get_running_loop()
+    trap_unsupported_signals(loop, SERVER_SIGNALS)
+    try:
+        await server.start()
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if (exc.errno or 0) > 0 else exc.strerror or str(exc)
+        raise OSError(f"error listening on port: {options.host}:{options.port}, {reason}") \
+            from exc
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, server.request_stop)
         except (NotImplementedError, RuntimeError):
             pass
-    if extra_start is not None:
-        await extra_start(server)
+    try:
+        if extra_start is not None:
+            await extra_start(server)
+    except BaseException:
+        await server.shutdown()
+        raise
     await server.serve_forever()
     log.info("Server exiting")

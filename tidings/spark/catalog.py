@@ -9,8 +9,10 @@ Two ways to find out:
   `/streaming/channelsz?channel=X` gives `first_seq`/`last_seq` and `/streaming/channelsz`
   lists the channel names, which `channelPattern` needs.
 
-The driver keeps one streaming connection on an event loop in a daemon thread (so server
-heartbeats are answered between Spark's calls) and reconnects once if it was lost.
+The driver's streaming connection runs on an event loop in a daemon thread and is reconnected
+once if it was lost; `close` unregisters it. The stream reader closes it at the end of each of
+Spark's calls: Spark ends that process without a `stop()`, and a client left open would stay
+registered on the server.
 """
 
 from __future__ import annotations

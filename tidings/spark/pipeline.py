@@ -168,33 +168,78 @@ def spark_session(master: str, app_name: str = "tidings-pipeline",
     return session
 
 
+NO_WATERMARK = "1970-01-01T00:00:00.000Z"  # Spark's watermark before any event time
+
+
+def offset_span(progress: dict[str, Any]) -> int | None:
+    """Messages between a batch's start and end offsets, over its nats sources (channel
+    sequences are contiguous); None when a start is not known."""
+    total = 0
+    for src in progress.get("sources") or []:
+        try:
+            start = json.loads(src.get("startOffset") or "null")
+            end = json.loads(src.get("endOffset") or "null")
+        except ValueError:
+            return None
+        if not isinstance(end, dict):
+            continue
+        if not isinstance(start, dict):
+            return None
+        # A channel new in `end` enters at its starting point: nothing of it is in the batch.
+        total += sum(max(0, int(last) - int(start.get(ch, last))) for ch, last in end.items())
+    return total
+
+
 def describe(progress: dict[str, Any] | None) -> str:
+    """One line of a micro-batch's progress. The events are those of its offset range: Spark
+    counts only the rows it read, and a batch replayed after a restart whose sink already
+    has it (the Parquet sink) reads none."""
     if not progress:
         return "starting"
     rows = progress.get("numInputRows", 0)
+    span = offset_span(progress)
+    events = f"{rows} events in"
+    if span is not None and span != rows:
+        events = f"{span} events in ({rows} read)"
     rate = progress.get("processedRowsPerSecond") or 0.0
-    wm = (progress.get("eventTime") or {}).get("watermark", "-")
+    wm = (progress.get("eventTime") or {}).get("watermark", NO_WATERMARK)
+    if wm == NO_WATERMARK:
+        wm = "none yet"
     state = sum(op.get("numRowsTotal", 0) for op in progress.get("stateOperators") or [])
     sink = (progress.get("sink") or {}).get("numOutputRows", -1)
     out = f", {sink} out" if sink >= 0 else ""
-    return (f"batch {progress.get('batchId')}: {rows} events in{out}, "
+    return (f"batch {progress.get('batchId')}: {events}{out}, "
             f"{rate:,.0f} rows/s, watermark {wm}, {state} windows in state")
 
 
-def watch(queries: list[Any], until: Callable[[], bool], every: float = 5.0,
-          echo: Callable[[str], None] = print) -> None:
-    """Print each query's progress every `every` seconds until `until()` or all stop."""
-    last: dict[str, Any] = {}
+class ProgressLog:
+    """Prints each micro-batch of the queries once (Spark keeps their recent progress)."""
+
+    def __init__(self, queries: list[Any], echo: Callable[[str], None] = print) -> None:
+        self.queries = queries
+        self.echo = echo
+        self.printed: dict[str, int] = {}
+
+    def report(self) -> None:
+        for q in self.queries:
+            for p in q.recentProgress:
+                batch = p.get("batchId", -1)
+                if batch > self.printed.get(q.name, -1):
+                    self.printed[q.name] = batch
+                    self.echo(f"[{q.name}] {describe(p)}")
+
+
+def watch(log: ProgressLog, until: Callable[[], bool], every: float = 5.0) -> None:
+    """Print every micro-batch of the log's queries (at most every `every` seconds) until
+    `until()` or all stop; call `log.report()` again once they are stopped."""
+    queries = log.queries
     while not until() and any(q.isActive for q in queries):
-        for q in queries:
-            p = q.lastProgress
-            if p and last.get(q.name) != p.get("batchId"):
-                last[q.name] = p.get("batchId")
-                echo(f"[{q.name}] {describe(p)}")
+        log.report()
         deadline = time.monotonic() + every
         while time.monotonic() < deadline and not until() and any(q.isActive for q in queries):
             for q in queries:
                 q.awaitTermination(0.2)
+    log.report()
     for q in queries:
         if q.exception() is not None:
             raise RuntimeError(f"query {q.name} failed: {q.exception()}")
@@ -299,12 +344,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"pipeline: {', '.join(cfg.channels)} -> {cfg.output}"
           + (f" and channel {cfg.results_channel}" if cfg.results_channel else "")
           + f"; checkpoint {cfg.checkpoint}", flush=True)
+    log = ProgressLog(queries, lambda s: print(s, flush=True))
     try:
-        watch(queries, lambda: stop.is_set() or bool(
+        watch(log, lambda: stop.is_set() or bool(
             args.duration and time.monotonic() - started >= args.duration),
-            every=args.progress_every, echo=lambda s: print(s, flush=True))
+            every=args.progress_every)
     finally:
         stop_gracefully(queries)
+        log.report()
         spark.stop()
     return 0
 
@@ -410,10 +457,12 @@ def _demo(args: argparse.Namespace, cfg: PipelineConfig) -> int:
             def done(deadline: float = deadline) -> bool:
                 return stop.is_set() or time.monotonic() >= deadline
 
+            log = ProgressLog(queries, echo)
             try:
-                watch(queries, done, every=args.progress_every, echo=echo)
+                watch(log, done, every=args.progress_every)
             finally:
                 stop_gracefully(queries)
+                log.report()
             if stop.is_set():
                 break
         feeder.halt.set()
@@ -430,6 +479,9 @@ def _demo(args: argparse.Namespace, cfg: PipelineConfig) -> int:
     return 0
 
 
+SUMMARY_WINDOWS = 6
+
+
 def _summary(spark: Any, cfg: PipelineConfig, fed: int) -> None:
     from pyspark.sql import functions as F
 
@@ -440,9 +492,15 @@ def _summary(spark: Any, cfg: PipelineConfig, fed: int) -> None:
         n = final.count()
         print(f"demo: {n} final windows in {out} (windows still open at the end stay in the "
               "checkpointed state until the watermark passes them)", flush=True)
-        for r in (final.orderBy(F.col("window_start").desc(), "key").limit(8).collect()):
-            print(f"  {r.window_start:%H:%M:%S}-{r.window_end:%H:%M:%S} {r.key:<10} "
-                  f"count={r['count']:<5} avg={r.avg:7.2f} min={r.min:6.2f} max={r.max:6.2f}",
+        per_window = (final.groupBy("window_start", "window_end")
+                      .agg(F.count("key").alias("keys"), F.sum("count").alias("count"),
+                           (F.sum("sum") / F.sum("count")).alias("avg"),
+                           F.min("min").alias("min"), F.max("max").alias("max"))
+                      .orderBy(F.col("window_start").desc()).limit(SUMMARY_WINDOWS).collect())
+        print(f"demo: the last {len(per_window)} final windows, all keys together:", flush=True)
+        for r in reversed(per_window):
+            print(f"  {r.window_start:%H:%M:%S}-{r.window_end:%H:%M:%S} keys={r['keys']:<3} "
+                  f"count={r['count']:<6} avg={r.avg:7.2f} min={r.min:6.2f} max={r.max:6.2f}",
                   flush=True)
     else:
         print(f"demo: no window closed yet in {out}; run longer than window + watermark",

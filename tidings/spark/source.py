@@ -11,8 +11,9 @@ redelivered boolean)`. See docs/spark.md for every option.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -128,6 +129,24 @@ class NatsBatchReader(DataSourceReader):
         return read_partition(partition)
 
 
+R = TypeVar("R")
+
+
+def _releasing(method: Callable[..., R]) -> Callable[..., R]:
+    """Close the driver's streaming connection when the call returns. Spark ends the
+    process that runs a stream reader without calling `stop()`, so a client held between
+    calls would stay registered on the streaming server (and in its store) after the query."""
+
+    @functools.wraps(method)
+    def call(self: NatsStreamReader, *args: Any) -> R:
+        try:
+            return method(self, *args)
+        finally:
+            self.catalog.close()
+
+    return call
+
+
 class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches over channels; offsets are `{channel: last sequence handed to Spark}`."""
 
@@ -162,9 +181,11 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out = {ch: given.get(ch, 0) for ch in channels}
         return out
 
+    @_releasing
     def initialOffset(self) -> dict:
         return self._new_channel_start(self._channels())
 
+    @_releasing
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """The end of the next micro-batch.
 
@@ -195,6 +216,7 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxRows(self.ropts.max_messages_per_trigger)
         return ReadAllAvailable()
 
+    @_releasing
     def prepareForTriggerAvailableNow(self) -> None:
         channels = self._channels()
         self.target = self.catalog.last_sequences(channels)
@@ -203,6 +225,7 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None
 
     # -- partitions -------------------------------------------------------------
+    @_releasing
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         start = {str(k): int(v) for k, v in start.items()}
         end = {str(k): int(v) for k, v in end.items()}

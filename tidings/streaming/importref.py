@@ -108,10 +108,20 @@ def _parse(msg_type: type, payload: bytes, path: Path):  # noqa: ANN202
         ) from exc
 
 
+def check_source(src: str | os.PathLike[str]) -> Path:
+    """The reference data directory, if it can be imported now: a directory holding
+    server.dat that no running nats-streaming-server has locked."""
+    root = Path(src)
+    if not root.is_dir():
+        raise ReferenceStoreError(f"{root}: not a directory")
+    if not (root / "server.dat").is_file():
+        raise ReferenceStoreError(f"{root}: no server.dat, not a nats-streaming file store")
+    _check_not_running(root)
+    return root
+
+
 def _read_server(root: Path, report: ImportReport) -> spb.ServerInfo:
     path = root / "server.dat"
-    if not path.exists():
-        raise ReferenceStoreError(f"{root}: no server.dat, not a nats-streaming file store")
     for _, payload in read_records(path, False, report.warnings):
         return _parse(spb.ServerInfo, payload, path)
     raise ReferenceStoreError(f"{path}: no server record")
@@ -202,10 +212,7 @@ def import_reference(
     store already has (same channel, sequence <= its last) are skipped, so an interrupted
     import can be run again.
     """
-    root = Path(src)
-    if not root.is_dir():
-        raise ReferenceStoreError(f"{root}: not a directory")
-    _check_not_running(root)
+    root = check_source(src)
     report = ImportReport()
     server = _read_server(root, report)
     report.cluster_id = server.ClusterID

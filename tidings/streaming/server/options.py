@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..stores import ChannelLimits, StoreLimits
+from ...server.options import port_number
+from ..stores import ChannelLimits, StoreError, StoreLimits
 
 DEFAULT_CLUSTER_ID = "test-cluster"
 DEFAULT_DISCOVER_PREFIX = "_STAN.discover"
@@ -381,7 +382,7 @@ def add_streaming_arguments(group: Any, standalone: bool = False) -> None:
         add("--user", default="", help="user for the NATS server")
         add("--pass", dest="password", default="", help="password for the NATS server")
         add("--auth", dest="token", default="", help="token for the NATS server")
-        add("-m", "--http_port", type=int, default=0,
+        add("-m", "--http_port", type=port_number, default=0,
             help="HTTP port for the /streaming monitoring endpoints (default off)")
         add("--http_host", default="0.0.0.0", help="HTTP host for monitoring")
 
@@ -453,13 +454,23 @@ def open_store_for(opts: StreamingOptions) -> Any:
         if opts.sql_driver == "postgres":
             if not opts.sql_source:
                 raise ValueError("the postgres store needs --sql_source DSN")
-            return open_store("postgres", dsn=opts.sql_source, limits=opts.limits,
-                              sync=opts.sync_policy)
+            import psycopg
+
+            try:
+                return open_store("postgres", dsn=opts.sql_source, limits=opts.limits,
+                                  sync=opts.sync_policy)
+            except psycopg.Error as exc:
+                raise StoreError(f"cannot open the postgres store: {exc}") from exc
         source = opts.sql_source
         if not source:
             if not opts.dir:
                 raise ValueError("the sqlite store needs --sql_source FILE or --dir DIR")
             Path(opts.dir).mkdir(parents=True, exist_ok=True)
             source = str(Path(opts.dir) / "streaming.db")
-        return open_store("sqlite", path=source, limits=opts.limits, sync=opts.sync_policy)
+        import sqlite3
+
+        try:
+            return open_store("sqlite", path=source, limits=opts.limits, sync=opts.sync_policy)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the sqlite store {source}: {exc}") from exc
     raise ValueError(f"unknown store type {kind!r}")

@@ -8,6 +8,7 @@ import logging
 import signal
 from typing import Any
 
+from ...signals import STANDALONE_STREAMING_SIGNALS, trap_unsupported_signals
 from .conn import StanConn
 from .options import StreamingOptions, open_store_for
 from .server import StreamingServer
@@ -72,9 +73,10 @@ async def start_streaming(opts: StreamingOptions, url: str, monitor_required: bo
 
 async def run_standalone(opts: StreamingOptions) -> None:
     """`tidings streaming --nats URL`: serve until SIGINT/SIGTERM."""
+    loop = asyncio.get_running_loop()
+    trap_unsupported_signals(loop, STANDALONE_STREAMING_SIGNALS)
     running = await start_streaming(opts, opts.nats_url or "nats://127.0.0.1:4222")
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
