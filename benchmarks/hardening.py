@@ -21,6 +21,8 @@ The table shows per metric the two figures and the ratio tidings / reference.
                    healthy subscriber's longest gap, the publisher's longest blocked write,
                    request/reply p99 and max, probe max, when the stuck consumer was closed
                    (watched for 12 s from the start: both servers' write deadline is 10 s)
+  slow-consumer-16 the same with the flood paced at 16 MiB/s, the rate the reference lets the
+                   unpaced publisher reach: both servers under the same load
   streaming-stuck  a core `>` subscriber that stopped reading while a streaming publisher
                    publishes 1 KiB messages for 5 s: the longest gap between PubAcks, when the
                    stuck subscriber was closed. tidings runs its embedded streaming server; the
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 import subprocess
@@ -566,8 +569,9 @@ class Flood:
     outcome: str = ""  # empty, or how it ended early
 
 
-def flood(port: int, subject: str, seconds: float, limit: float) -> Flood:
-    """Publish 1 KiB messages for `seconds` as fast as the socket takes them, then PING.
+def flood(port: int, subject: str, seconds: float, limit: float, rate: float = 0.0) -> Flood:
+    """Publish 1 KiB messages for `seconds` as fast as the socket takes them (or at `rate`
+    MiB/s when given), then PING.
 
     Blocking, for a thread of its own: the event loop that times the probes stays free.
     """
@@ -581,6 +585,11 @@ def flood(port: int, subject: str, seconds: float, limit: float) -> Flood:
             out.stall = max(out.stall, now() - t)
             out.sent += len(batch)
             t = now()
+            if rate:
+                ahead = out.sent / (rate * (1 << 20)) - (t - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+                    t = now()
     except TimeoutError:
         out.stall, out.outcome = now() - t, "gave up"
     except OSError:
@@ -598,7 +607,9 @@ def flood(port: int, subject: str, seconds: float, limit: float) -> Flood:
     return out
 
 
-async def slow_consumer(s: Session) -> Figures:
+async def slow_consumer(s: Session, rate: float = 0.0) -> Figures:
+    """A stuck and a healthy subscriber on one subject, flooded (at `rate` MiB/s if given:
+    both servers then carry the same load, whereas unpaced each takes what it can)."""
     stuck = await s.subscribe("stuck", "foo", STUCK_RCVBUF)
     stuck.stop_reading()
     healthy = s.sink(await s.subscribe("healthy", "foo"))
@@ -607,7 +618,7 @@ async def slow_consumer(s: Session) -> Figures:
     probe = await s.ping_probe()
     start = now()
     watch = s.close_watch(stuck, start)
-    pub = await asyncio.to_thread(flood, s.port, "foo", s.size.flood, s.size.limit)
+    pub = await asyncio.to_thread(flood, s.port, "foo", s.size.flood, s.size.limit, rate)
     flood_end = start + pub.seconds
     await requests.finish(now() + s.size.limit)
     await probe.finish(now() + s.size.limit)
@@ -726,6 +737,14 @@ class Workload:
 
 
 PROBE_MAX = Metric("probe", "probe PING max", "ms")
+SLOW_CONSUMER_METRICS = (
+    Metric("gap", "healthy subscriber max gap", "ms"),
+    Metric("stall", "publisher longest blocked write", "ms"),
+    Metric("req_p99", "request/reply p99", "ms"),
+    Metric("req_max", "request/reply max", "ms"), PROBE_MAX,
+    Metric("closed", "stuck consumer closed after", "s", ""),
+    Metric("rate", "published", "MiB/s", "higher"))
+PACED_RATE = 16.0  # MiB/s of slow-consumer-16: what the reference lets the unpaced flood do
 WORKLOADS = (
     Workload("sub-churn", sub_churn, (
         Metric("pairs", "wildcard SUB+UNSUB, full cache", "pairs/s", "higher"), PROBE_MAX)),
@@ -736,13 +755,9 @@ WORKLOADS = (
         Metric("answer", "line sent → probe answered", "ms"), PROBE_MAX,
         Metric("rss", "server peak RSS growth", "MiB"),
         Metric("outcome", "sender's connection", better=""))),
-    Workload("slow-consumer", slow_consumer, (
-        Metric("gap", "healthy subscriber max gap", "ms"),
-        Metric("stall", "publisher longest blocked write", "ms"),
-        Metric("req_p99", "request/reply p99", "ms"),
-        Metric("req_max", "request/reply max", "ms"), PROBE_MAX,
-        Metric("closed", "stuck consumer closed after", "s", ""),
-        Metric("rate", "published", "MiB/s", "higher"))),
+    Workload("slow-consumer", slow_consumer, SLOW_CONSUMER_METRICS),
+    Workload("slow-consumer-16", functools.partial(slow_consumer, rate=PACED_RATE),
+             SLOW_CONSUMER_METRICS),
     Workload("streaming-stuck", streaming_stuck, (
         Metric("gap", "longest PubAck gap", "ms"),
         Metric("acks", "PubAcks", "acks/s", "higher"), PROBE_MAX,
