@@ -29,6 +29,7 @@ from .sublist import EMPTY_RESULT, Subscription
 
 if TYPE_CHECKING:
     from .server import Server
+    from .tracing import MsgTrace
 
 log = logging.getLogger("tidings.server")
 
@@ -412,6 +413,17 @@ class ClientConnection(asyncio.Protocol):
             # As the reference: a header block of size 0 is no header block, so MSG.
             self.on_pub(subject, reply, data)
             return
+        if data.find(b"Nats-Trace-Dest", 0, hdr_len) >= 0:
+            from .tracing import on_traced_hpub  # only traced messages pay for tracing
+
+            on_traced_hpub(self, subject, reply, hdr_len, data)
+            return
+        self.route_hpub(subject, reply, hdr_len, data)
+
+    def route_hpub(
+        self, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes,
+        trace: MsgTrace | None = None,
+    ) -> None:
         if self.verbose:
             self.queue(OK)
         self.in_msgs += 1
@@ -422,6 +434,7 @@ class ClientConnection(asyncio.Protocol):
             reply,
             msg_frame(b"HMSG ", subject, reply, data, hdr_len),
             msg_frame(b"MSG ", subject, reply, data[hdr_len:]),
+            trace,
         )
 
     def no_responders_reply(self, subject: bytes, reply: bytes) -> None:
