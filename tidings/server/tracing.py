@@ -35,6 +35,7 @@ ACCEPT_ENCODING = "Accept-Encoding"
 # A value the reference writes into Nats-Trace-Dest to switch tracing off downstream.
 DEST_DISABLED = b"trace disabled"
 HDR_LINE = b"NATS/1.0\r\n"
+RESERVED_DESTS = ("_GR_.", "$NRG.")
 
 ACCOUNT = "$G"  # the only account tidings has, named as the reference's global account
 KIND_CLIENT = 0  # the reference's connection kind for clients
@@ -206,6 +207,8 @@ class MsgTrace:
             return
         if encoding == "gzip":
             body = gzip.compress(body)
+        elif encoding == "snappy":
+            body = snappy_framed(body)
         hdr = b"NATS/1.0\r\nContent-Encoding: %s\r\n\r\n" % encoding.encode()
         server.route(
             None, dest, None,  # type: ignore[arg-type]
@@ -215,14 +218,48 @@ class MsgTrace:
 
 
 def _content_encoding(accept: str) -> str | None:
-    """How the event is sent for an Accept-Encoding value: None (plain), "gzip", or
-    "identity" (uncompressed, for an encoding we do not offer: snappy/s2 need a codec that
-    tidings does not ship, and the reference answers "identity" for unknown ones)."""
+    """How the event is sent for a (lower-cased) Accept-Encoding value, as the reference
+    chooses: None (plain), "snappy", "gzip" or "identity" (an encoding nobody offers)."""
     if not accept:
         return None
-    if "gzip" in accept and not ("snappy" in accept or "s2" in accept):
+    if "snappy" in accept or "s2" in accept:
+        return "snappy"
+    if "gzip" in accept:
         return "gzip"
     return "identity"
+
+
+_SNAPPY_STREAM = b"\xff\x06\x00\x00sNaPpY"
+_SNAPPY_CHUNK = 65536  # the most data one chunk may carry
+_crc32c_table: list[int] = []
+
+
+def _crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), as the snappy framing format checksums its chunks."""
+    if not _crc32c_table:
+        for n in range(256):
+            for _ in range(8):
+                n = (n >> 1) ^ 0x82F63B78 if n & 1 else n >> 1
+            _crc32c_table.append(n)
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _crc32c_table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def snappy_framed(data: bytes) -> bytes:
+    """`data` as a snappy framed stream (what the reference's s2 writer produces in its
+    snappy-compatible mode), made of uncompressed-data chunks: any snappy reader decodes it,
+    and tidings needs no compression codec. Events are small; this is not about size."""
+    out = [_SNAPPY_STREAM]
+    for start in range(0, len(data), _SNAPPY_CHUNK):
+        chunk = data[start:start + _SNAPPY_CHUNK]
+        crc = _crc32c(chunk)
+        masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+        size = len(chunk) + 4
+        out.append(bytes((1, size & 0xFF, size >> 8 & 0xFF, size >> 16)))
+        out.append(masked.to_bytes(4, "little") + chunk)
+    return b"".join(out)
 
 
 def on_traced_hpub(
@@ -249,6 +286,12 @@ def on_traced_hpub(
                   client.cid, dest)
         if not only:
             client.route_hpub(subject, reply, hdr_len, data)
+        return
+    if dest.startswith(RESERVED_DESTS):
+        # The reference refuses these prefixes (gateway replies, Raft traffic) to clients.
+        err = f'Permissions Violation for Publish to "{dest}"'
+        client.send_err(err)
+        log.error("cid=%d publish violation - subject %r", client.cid, dest)
         return
     trace = MsgTrace(client.server, client, subject, dest, only, headers, len(data))
     client.route_hpub(subject, reply, hdr_len, data, trace)
