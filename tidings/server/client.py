@@ -29,7 +29,6 @@ from .sublist import EMPTY_RESULT, Subscription
 
 if TYPE_CHECKING:
     from .server import Server
-    from .tracing import MsgTrace
 
 log = logging.getLogger("tidings.server")
 
@@ -413,17 +412,14 @@ class ClientConnection(asyncio.Protocol):
             # As the reference: a header block of size 0 is no header block, so MSG.
             self.on_pub(subject, reply, data)
             return
+        trace = None
         if data.find(b"Nats-Trace-Dest", 0, hdr_len) >= 0:
-            from .tracing import on_traced_hpub  # only traced messages pay for tracing
+            from .tracing import start_trace  # only messages that ask for tracing pay for it
 
-            on_traced_hpub(self, subject, reply, hdr_len, data)
-            return
-        self.route_hpub(subject, reply, hdr_len, data)
-
-    def route_hpub(
-        self, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes,
-        trace: MsgTrace | None = None,
-    ) -> None:
+            traced = start_trace(self, subject, hdr_len, data)
+            if traced is None:
+                return  # dropped, as the reference drops it
+            hdr_len, data, trace = traced
         if self.verbose:
             self.queue(OK)
         self.in_msgs += 1
@@ -436,6 +432,8 @@ class ClientConnection(asyncio.Protocol):
             msg_frame(b"MSG ", subject, reply, data[hdr_len:]),
             trace,
         )
+        if trace is not None:
+            trace.send()
 
     def no_responders_reply(self, subject: bytes, reply: bytes) -> None:
         """Tell a requester that nobody listens on `subject`, with a 503 status message."""

@@ -54,6 +54,7 @@ class Server:
         self._cid = 0
         self._qseq = 0
         self.trace_seq = 0  # sequence number of the trace events we sent (tracing.py)
+        self.deliver = self._deliver  # bound once: route() runs per message
         self._listener: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.TimerHandle | None = None
         self._stopped = asyncio.Event()
@@ -187,7 +188,7 @@ class Server:
         announce header support (None when `frame` has no headers). A traced message is
         delivered through `trace`, which records each egress (see tracing.py).
         """
-        deliver = self._deliver if trace is None else trace.deliver
+        deliver = self.deliver if trace is None else trace.deliver
         sublist = self.sublist
         result = sublist.cache.get(subject) or sublist.match(subject)
         plain, groups = result

@@ -262,37 +262,34 @@ def snappy_framed(data: bytes) -> bytes:
     return b"".join(out)
 
 
-def on_traced_hpub(
-    client: ClientConnection, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes
-) -> None:
-    """An HPUB whose header block mentions Nats-Trace-Dest: trace it, deliver it untraced,
-    or drop it (trace-only with a destination we cannot trace to), as the reference does."""
+def start_trace(
+    client: ClientConnection, subject: bytes, hdr_len: int, data: bytes
+) -> tuple[int, bytes, MsgTrace | None] | None:
+    """For an HPUB whose header block mentions Nats-Trace-Dest, what to route, as the
+    reference decides: (hdr_len, data, trace), with trace None to deliver untraced (and the
+    headers possibly rewritten), or None to drop the message (trace-only to a destination
+    that cannot be traced to)."""
     headers = trace_headers(data[:hdr_len])
     if headers is None:
-        client.route_hpub(subject, reply, hdr_len, data)
-        return
+        return hdr_len, data, None
     only = headers.get(TRACE_ONLY, [""])[0].lower() in _TRUE
     dest = headers[TRACE_DEST.decode()][0]
     origin = headers.get(ORIGIN_ACCOUNT)
     if origin:
         log.error("cid=%d message tracing disabled because of header %r with value=%r",
                   client.cid, ORIGIN_ACCOUNT, origin[0])
-        if not only:
-            hdr = disable_trace(data[:hdr_len])
-            client.route_hpub(subject, reply, len(hdr), hdr + data[hdr_len:])
-        return
+        if only:
+            return None
+        hdr = disable_trace(data[:hdr_len])
+        return len(hdr), hdr + data[hdr_len:], None
     if not (is_valid_subject(dest) and is_valid_literal_subject(dest)):
         log.error("cid=%d destination %r is not valid, won't be able to trace events",
                   client.cid, dest)
-        if not only:
-            client.route_hpub(subject, reply, hdr_len, data)
-        return
+        return None if only else (hdr_len, data, None)
     if dest.startswith(RESERVED_DESTS):
         # The reference refuses these prefixes (gateway replies, Raft traffic) to clients.
-        err = f'Permissions Violation for Publish to "{dest}"'
-        client.send_err(err)
+        client.send_err(f'Permissions Violation for Publish to "{dest}"')
         log.error("cid=%d publish violation - subject %r", client.cid, dest)
-        return
+        return None
     trace = MsgTrace(client.server, client, subject, dest, only, headers, len(data))
-    client.route_hpub(subject, reply, hdr_len, data, trace)
-    trace.send()
+    return hdr_len, data, trace
