@@ -435,6 +435,12 @@ class ClientConnection(asyncio.Protocol):
         if trace is not None:
             trace.send()
 
+    def on_hpub_too_big(self, subject: bytes, hdr: bytes, size: int) -> None:
+        if hdr.find(b"Nats-Trace-Dest") >= 0:
+            from .tracing import trace_refused
+
+            trace_refused(self, subject, hdr, size, "maximum payload exceeded")
+
     def no_responders_reply(self, subject: bytes, reply: bytes) -> None:
         """Tell a requester that nobody listens on `subject`, with a 503 status message."""
         plain, _ = self.server.sublist.match(reply)

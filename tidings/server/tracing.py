@@ -262,13 +262,23 @@ def snappy_framed(data: bytes) -> bytes:
     return b"".join(out)
 
 
+def trace_refused(
+    client: ClientConnection, subject: bytes, hdr: bytes, size: int, error: str
+) -> None:
+    """Send the trace event of a message refused before routing: its ingress, with `error`."""
+    traced = start_trace(client, subject, len(hdr), hdr, size)
+    if traced is not None and traced[2] is not None:
+        traced[2].events[0]["error"] = error
+        traced[2].send()
+
+
 def start_trace(
-    client: ClientConnection, subject: bytes, hdr_len: int, data: bytes
+    client: ClientConnection, subject: bytes, hdr_len: int, data: bytes, size: int = -1
 ) -> tuple[int, bytes, MsgTrace | None] | None:
     """For an HPUB whose header block mentions Nats-Trace-Dest, what to route, as the
     reference decides: (hdr_len, data, trace), with trace None to deliver untraced (and the
     headers possibly rewritten), or None to drop the message (trace-only to a destination
-    that cannot be traced to)."""
+    that cannot be traced to). `size` is the message's size when `data` is not all of it."""
     headers = trace_headers(data[:hdr_len])
     if headers is None:
         return hdr_len, data, None
@@ -291,5 +301,6 @@ def start_trace(
         client.send_err(f'Permissions Violation for Publish to "{dest}"')
         log.error("cid=%d publish violation - subject %r", client.cid, dest)
         return None
-    trace = MsgTrace(client.server, client, subject, dest, only, headers, len(data))
+    size = len(data) if size < 0 else size
+    trace = MsgTrace(client.server, client, subject, dest, only, headers, size)
     return hdr_len, data, trace

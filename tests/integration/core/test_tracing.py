@@ -317,3 +317,32 @@ def test_info_has_no_api_level(server_pairs: ServerPair) -> None:
     with RawConn(server_pairs.get("tidings", "default").port) as conn:
         assert conn.info["version"] == "2.11.0"
         assert "api_lvl" not in conn.info
+
+
+def _oversized(server: RunningServer) -> tuple[bytes, dict[str, Any]]:
+    """An HPUB over max_payload (64 in the "small" configuration) that asks for tracing."""
+    prefix = b"tr%d" % next(_ids)
+    with RawConn(server.port) as tracer, RawConn(server.port) as pub:
+        tracer.connect(b'CONNECT {"verbose":false,"headers":true}\r\n')
+        tracer.send(b"SUB %b.trace 1\r\n" % prefix)
+        tracer.barrier()
+        pub.connect(b'CONNECT {"verbose":false,"headers":true,"name":"pub"}\r\n')
+        hdr = b"NATS/1.0\r\nNats-Trace-Dest: %b.trace\r\n\r\n" % prefix
+        pub.send(b"HPUB %b.foo %d 300\r\n%b" % (prefix, len(hdr), hdr))
+        closing = pub.read_to_eof()
+        event = json.loads(read_event(tracer)[1])
+    event.pop("server")
+    for item in event["events"]:
+        assert GO_TIME.match(item.pop("ts")), item
+        assert item.pop("cid") == pub.info["client_id"], item
+    return closing, json.loads(json.dumps(event).replace(prefix.decode(), "P"))
+
+
+def test_oversized_message_traces_its_ingress_error(server_pairs: ServerPair) -> None:
+    """The reference reports a message over max_payload in a trace event before closing."""
+    ours = _oversized(server_pairs.get("tidings", "small"))
+    theirs = _oversized(server_pairs.get("reference", "small"))
+    assert ours == theirs
+    assert theirs[0] == b"-ERR 'Maximum Payload Violation'\r\n"
+    assert theirs[1]["events"] == [{"type": "in", "kind": 0, "name": "pub", "acc": "$G",
+                                    "subj": "P.foo", "error": "maximum payload exceeded"}]
