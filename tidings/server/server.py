@@ -186,7 +186,8 @@ class Server:
 
         `plain_frame` is the message as MSG without headers, for receivers that did not
         announce header support (None when `frame` has no headers). A traced message is
-        delivered through `trace`, which records each egress (see tracing.py).
+        delivered through `trace`, which records each egress (see tracing.py). `pub` is
+        None for the server's own messages (trace events).
         """
         deliver = self.deliver if trace is None else trace.deliver
         sublist = self.sublist
