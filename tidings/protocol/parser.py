@@ -82,6 +82,9 @@ class ClientOpHandler(Protocol):
     def on_ping(self) -> None: ...
     def on_pong(self) -> None: ...
     def on_soft_error(self, err: str) -> None: ...
+    def on_hpub_too_big(self, subject: bytes, hdr: bytes, size: int) -> None:
+        """An HPUB over max_payload, before the connection is closed: `hdr` is what of
+        its header block has arrived (message tracing reports the error)."""
 
 
 # Operation names: (name, kind). kind "sep" needs a space or tab after the name and takes an
@@ -428,6 +431,9 @@ class ClientOpParser(_Framer):
             if hdr < 0 or size < 0 or hdr > size:
                 raise ProtocolError(None, f"HPUB bad sizes: {arg!r}")
         if size > self.max_payload:
+            if hdr > 0 and start < n:
+                # The reference traces it still: what of the headers has arrived goes along.
+                self.handler.on_hpub_too_big(subject, buf[start : min(start + hdr, n)], size)
             raise ProtocolError(MAX_PAYLOAD_VIOLATION)
         if self.pedantic and not is_valid_literal_subject(subject):
             self.handler.on_soft_error(INVALID_PUBLISH_SUBJECT)

@@ -484,6 +484,14 @@ class ClientConnection(asyncio.Protocol):
             # As the reference: a header block of size 0 is no header block, so MSG.
             self.on_pub(subject, reply, data)
             return
+        trace = None
+        if data.find(b"Nats-Trace-Dest", 0, hdr_len) >= 0:
+            from .tracing import start_trace  # only messages that ask for tracing pay for it
+
+            traced = start_trace(self, subject, hdr_len, data)
+            if traced is None:
+                return  # dropped, as the reference drops it
+            hdr_len, data, trace = traced
         if self.verbose:
             self.queue(OK)
         self.in_msgs += 1
@@ -494,7 +502,16 @@ class ClientConnection(asyncio.Protocol):
             reply,
             msg_frame(b"HMSG ", subject, reply, data, hdr_len),
             msg_frame(b"MSG ", subject, reply, data[hdr_len:]),
+            trace,
         )
+        if trace is not None:
+            trace.send()
+
+    def on_hpub_too_big(self, subject: bytes, hdr: bytes, size: int) -> None:
+        if hdr.find(b"Nats-Trace-Dest") >= 0:
+            from .tracing import trace_refused
+
+            trace_refused(self, subject, hdr, size, "maximum payload exceeded")
 
     def no_responders_reply(self, subject: bytes, reply: bytes) -> None:
         """Tell a requester that nobody listens on `subject`, with a 503 status message."""

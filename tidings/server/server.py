@@ -11,7 +11,7 @@ import platform
 import secrets
 import signal
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
@@ -20,6 +20,9 @@ from . import flow
 from .client import ClientConnection, Frame
 from .options import ServerOptions
 from .sublist import Sublist, Subscription
+
+if TYPE_CHECKING:
+    from .tracing import MsgTrace
 
 log = logging.getLogger("tidings.server")
 
@@ -57,6 +60,8 @@ class Server:
         self._turn = 0
         self._turn_open = False
         self._qseq = 0
+        self.trace_seq = 0  # sequence number of the trace events we sent (tracing.py)
+        self.deliver = self._deliver  # bound once: route() runs per message
         self._listener: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.TimerHandle | None = None
         self._stopped = asyncio.Event()
@@ -204,25 +209,29 @@ class Server:
         reply: bytes | None,
         frame: Frame,
         plain_frame: Frame | None,
+        trace: MsgTrace | None = None,
     ) -> None:
         """Deliver one message to every matching subscription and one member per queue group.
 
         `plain_frame` is the message as MSG without headers, for receivers that did not
-        announce header support (None when `frame` has no headers).
+        announce header support (None when `frame` has no headers). A traced message is
+        delivered through `trace`, which records each egress (see tracing.py). `pub` is
+        None for the server's own messages (trace events).
         """
+        deliver = self.deliver if trace is None else trace.deliver
         sublist = self.sublist
         result = sublist.cache.get(subject) or sublist.match(subject)
         plain, groups = result
         delivered = False
         for sub in plain:
-            if self._deliver(pub, sub, frame, plain_frame):
+            if deliver(pub, sub, frame, plain_frame):
                 delivered = True
         for group in groups:
             n = len(group)
             self._qseq += 1
             start = self._qseq % n
             for k in range(n):
-                if self._deliver(pub, group[(start + k) % n], frame, plain_frame):
+                if deliver(pub, group[(start + k) % n], frame, plain_frame):
                     delivered = True
                     break
         if not delivered and reply and pub.no_responders:

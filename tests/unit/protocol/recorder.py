@@ -38,6 +38,9 @@ class ClientOps:
     def on_soft_error(self, err: str) -> None:
         self.ops.append(("ERR", err))
 
+    def on_hpub_too_big(self, subject: bytes, hdr: bytes, size: int) -> None:
+        self.ops.append(("HPUB_TOO_BIG", subject, hdr, size))
+
 
 class ServerOps:
     """A ServerOpHandler that appends every operation to `ops` as a tuple."""
