@@ -12,7 +12,7 @@ from .servers import RunningServer, start_reference, start_tidings
 ServerFactory = Callable[..., RunningServer]
 
 
-def _factory(start: Callable[..., RunningServer]) -> Iterator[ServerFactory]:
+def server_factory(start: Callable[..., RunningServer]) -> Iterator[ServerFactory]:
     started: list[RunningServer] = []
 
     def make(**options: Any) -> RunningServer:
@@ -28,13 +28,13 @@ def _factory(start: Callable[..., RunningServer]) -> Iterator[ServerFactory]:
 @pytest.fixture
 def tidings_factory() -> Iterator[ServerFactory]:
     """Start tidings servers with options; all are stopped after the test."""
-    yield from _factory(start_tidings)
+    yield from server_factory(start_tidings)
 
 
 @pytest.fixture
 def reference_factory() -> Iterator[ServerFactory]:
     """Start reference nats-server instances with options; all are stopped after the test."""
-    yield from _factory(start_reference)
+    yield from server_factory(start_reference)
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import server_factory
 from tests.servers import RunningServer, start_reference, start_tidings
 
 # `tidings server` embeds the streaming server, whose internal client needs more than the
@@ -121,18 +122,12 @@ def port(kind: str, server_pairs: ServerPair) -> int:
 @pytest.fixture
 def start(kind: str) -> Iterator[Callable[..., RunningServer]]:
     """Start a server of this kind with options; stopped after the test."""
-    started: list[RunningServer] = []
 
-    def make(**opts: Any) -> RunningServer:
+    def start_kind(**opts: Any) -> RunningServer:
         if kind == "tidings":
             # Without the embedded streaming server: its own connections would count
             # against max_connections, and the reference has none.
-            server = start_tidings(extra_args=NO_STREAMING, **opts)
-        else:
-            server = start_reference(**opts)
-        started.append(server)
-        return server
+            return start_tidings(extra_args=NO_STREAMING, **opts)
+        return start_reference(**opts)
 
-    yield make
-    for server in started:
-        server.stop()
+    yield from server_factory(start_kind)
