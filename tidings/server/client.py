@@ -25,6 +25,7 @@ from ..protocol.errors import (
 )
 from ..protocol.parser import ClientOpParser
 from ..protocol.subjects import is_valid_subscription
+from ..turns import INPUT_BUDGET
 from . import flow
 from .sublist import EMPTY_RESULT, Subscription
 
@@ -100,12 +101,9 @@ def decode_connect(arg: bytes) -> dict[str, Any]:
 FIRST_PING_INTERVAL = 2.0
 RTT_INTERVAL = 3600.0
 
-# A connection's input is parsed for at most FEED_BUDGET seconds per loop turn (a large read
-# slice by slice); the rest waits for the next turn with reading paused, so one client's
-# input never blocks the others for long. The event loop may hand a connection several
-# reads in one turn (libuv reads until the socket is empty): the budget covers them all.
+# A connection's input is parsed for at most INPUT_BUDGET seconds per loop turn (turns.py),
+# a large read slice by slice; the rest waits for the next turn with reading paused.
 FEED_SLICE = 16 * 1024
-FEED_BUDGET = 0.004
 
 # Payloads from this size on are written as their own buffer instead of being copied into
 # each receiver's frame.
@@ -198,7 +196,7 @@ class ClientConnection(asyncio.Protocol):
         self.stall_timer: asyncio.TimerHandle | None = None
         self.backlog: bytes | None = None  # input read but not parsed yet (see _consume)
         self.input_paused = False
-        self.turn = 0  # the loop turn (Server.current_turn) our input budget belongs to
+        self.turn = 0  # the loop turn (Server.turns) our input budget belongs to
         self.turn_end = 0.0
 
     # -- asyncio callbacks ---------------------------------------------------
@@ -231,10 +229,10 @@ class ClientConnection(asyncio.Protocol):
             self.backlog += data
             self.pause_input()
             return
-        turn = self.server.current_turn()
+        turn = self.server.turns.current()
         if self.turn != turn:
             self.turn = turn
-            self.turn_end = time.perf_counter() + FEED_BUDGET
+            self.turn_end = time.perf_counter() + INPUT_BUDGET
         rest = self._consume(data)
         if rest is not None:
             self.backlog = rest
@@ -280,8 +278,8 @@ class ClientConnection(asyncio.Protocol):
         if self.closed or self.stalled_by or self.backlog is None:
             return  # a stall's end resumes the work (resume_input)
         data, self.backlog = self.backlog, None
-        self.turn = self.server.current_turn()
-        self.turn_end = time.perf_counter() + FEED_BUDGET
+        self.turn = self.server.turns.current()
+        self.turn_end = time.perf_counter() + INPUT_BUDGET
         rest = self._consume(data)
         if rest is not None:
             self.backlog = rest

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
 from ..signals import SERVER_SIGNALS, trap_unsupported_signals
+from ..turns import LoopTurns
 from . import flow
 from .client import ClientConnection, Frame
 from .options import ServerOptions
@@ -57,8 +58,7 @@ class Server:
         self.total_connections = 0
         self.started = time.time()
         self._cid = 0
-        self._turn = 0
-        self._turn_open = False
+        self.turns: LoopTurns = None  # type: ignore[assignment]  # set by start()
         self._qseq = 0
         self.trace_seq = 0  # sequence number of the trace events we sent (tracing.py)
         self.deliver = self._deliver  # bound once: route() runs per message
@@ -71,6 +71,7 @@ class Server:
     # -- lifecycle -----------------------------------------------------------
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
+        self.turns = LoopTurns(self.loop)
         opts = self.options
         self._listener = await self.loop.create_server(
             lambda: ClientConnection(self), opts.host, opts.port, reuse_address=True, backlog=4096
@@ -127,19 +128,6 @@ class Server:
 
     def request_stop(self) -> None:
         asyncio.ensure_future(self.shutdown())
-
-    # -- loop turns ----------------------------------------------------------
-    def current_turn(self) -> int:
-        """A number for the event loop's current turn: it changes once the callbacks of
-        this turn have run (a callback scheduled on the first call marks the end)."""
-        if not self._turn_open:
-            self._turn_open = True
-            self._turn += 1
-            self.loop.call_soon(self._close_turn)
-        return self._turn
-
-    def _close_turn(self) -> None:
-        self._turn_open = False
 
     # -- clients -------------------------------------------------------------
     def next_cid(self) -> int:

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 from bisect import bisect_left
-from operator import attrgetter
+from operator import itemgetter
 
 from .base import MsgRecord, StoreLimits
 from .core import Channel, CoreStore, MsgLog
 
 _COMPACT_AT = 4096
-_timestamp = attrgetter("timestamp")
+# Records are kept as plain tuples: the garbage collector stops tracking a tuple of plain
+# values, never a MsgRecord (a tuple subclass), and a full collection over millions of
+# tracked records would stop the event loop for a tenth of a second and more.
+_timestamp = itemgetter(1)
+_data = itemgetter(4)
+_record = MsgRecord._make
+_Row = tuple[int, int, str, str, bytes, bool]  # a MsgRecord's fields
 
 
 class MemoryMsgLog(MsgLog):
-    """Records in a list; dropped ones are cut off the front lazily (amortised O(1))."""
+    """Records in a list (as plain tuples); dropped ones are cut off the front lazily
+    (amortised O(1))."""
 
     __slots__ = ("first_seq", "last_seq", "last_ts", "nbytes", "_msgs", "_head")
 
@@ -22,11 +29,11 @@ class MemoryMsgLog(MsgLog):
         self.last_seq = 0
         self.last_ts = 0
         self.nbytes = 0
-        self._msgs: list[MsgRecord] = []
+        self._msgs: list[_Row] = []
         self._head = 0
 
     def append(self, recs: list[MsgRecord]) -> None:
-        self._msgs.extend(recs)
+        self._msgs.extend(map(tuple, recs))
         last = recs[-1]
         self.last_seq = last.seq
         self.last_ts = last.timestamp
@@ -36,7 +43,7 @@ class MemoryMsgLog(MsgLog):
             self.nbytes += sum(len(r.data) for r in recs)
 
     def append_one(self, rec: MsgRecord) -> None:
-        self._msgs.append(rec)
+        self._msgs.append(tuple(rec))
         self.last_seq = rec.seq
         self.last_ts = rec.timestamp
         self.nbytes += len(rec.data)
@@ -48,14 +55,14 @@ class MemoryMsgLog(MsgLog):
         self.last_seq = first_seq - 1
 
     def get(self, seq: int) -> MsgRecord:
-        return self._msgs[self._head + seq - self.first_seq]
+        return _record(self._msgs[self._head + seq - self.first_seq])
 
     def get_range(self, start: int, count: int) -> list[MsgRecord]:
         i = self._head + start - self.first_seq
-        return self._msgs[i : i + count]
+        return list(map(_record, self._msgs[i : i + count]))
 
     def first_timestamp(self) -> int:
-        return self._msgs[self._head].timestamp
+        return _timestamp(self._msgs[self._head])
 
     def find_timestamp(self, ts: int) -> int:
         i = bisect_left(self._msgs, ts, lo=self._head, key=_timestamp)
@@ -67,7 +74,7 @@ class MemoryMsgLog(MsgLog):
             return
         h = self._head
         msgs = self._msgs
-        self.nbytes -= sum(len(msgs[i].data) for i in range(h, h + n))
+        self.nbytes -= sum(len(_data(msgs[i])) for i in range(h, h + n))
         self._head = h + n
         self.first_seq += n
         if self._head >= _COMPACT_AT and self._head * 2 >= len(msgs):
