@@ -35,6 +35,7 @@ DEFAULT_CLUSTER_ID = "test-cluster"
 # default). What a run leaves is bounded by the channel limits (max_msgs, max_bytes).
 PUB_CHANNEL = "tidings-bench.stan-pub"
 SUB_CHANNEL = "tidings-bench.stan-sub"
+SUB_INFLIGHT_BYTES = 16 << 20  # bytes a stan-sub subscription may have unacknowledged
 _CHUNK = 256
 
 
@@ -293,7 +294,7 @@ def bench_subscribe(
     cluster_id: str = DEFAULT_CLUSTER_ID,
     msgs: int = 200_000,
     size: int = 128,
-    max_inflight: int = 16384,
+    max_inflight: int = 0,
     channel: str = SUB_CHANNEL,
     prefill: bool = True,
     timeout: float = 30.0,
@@ -301,11 +302,17 @@ def bench_subscribe(
 ) -> StreamingBenchResult:
     """Subscribe and ack each message; time until ``msgs`` are acked.
 
+    ``max_inflight`` defaults to 16,384 messages, or fewer so that at most 16 MiB are in
+    flight: 16,384 unacknowledged 16 KiB messages are 256 MiB, more than a server holds for
+    one connection (max_pending) before it closes it as a slow consumer.
+
     With ``prefill`` the channel is first filled with ``msgs`` messages (for at most
     ``duration`` seconds; not timed) and the subscription starts at the first of them, so
     what earlier runs left in the channel is not read; otherwise it starts at the channel's
     first message and ``channel`` must already hold them.
     """
+    if not max_inflight:
+        max_inflight = max(1, min(16384, SUB_INFLIGHT_BYTES // max(size, 1)))
     start_seq = 0
     if prefill:
         probe = _Stan(url, cluster_id, f"bench-probe-{os.urandom(4).hex()}", timeout)
