@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
-INPUT_BUDGET = 0.004  # seconds of input parsing per connection and loop turn
+INPUT_BUDGET = 0.002  # seconds of input parsing per connection and loop turn
 
 
 class LoopTurns:
