@@ -3,10 +3,12 @@ nats-server) are logged and the server keeps serving until reload and lame duck 
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -33,16 +35,25 @@ def ping(port: int) -> bytes:
         return s.recv(4096)
 
 
-def start(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "tidings", *args], stdin=subprocess.DEVNULL,
+@contextlib.contextmanager
+def running(*args: str) -> Iterator[subprocess.Popen[str]]:
+    """`tidings <args>` with its log readable; it must end cleanly on SIGTERM afterwards."""
+    proc = subprocess.Popen([sys.executable, "-m", "tidings", *args], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        yield proc
+        proc.terminate()
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.mark.parametrize("streaming", [[], ["--no_streaming"]])
 def test_server_survives_hup_usr1_usr2(streaming: list[str]) -> None:
     port = free_port()
-    proc = start("server", "-a", "127.0.0.1", "-p", str(port), *streaming)
-    try:
+    with running("server", "-a", "127.0.0.1", "-p", str(port), *streaming) as proc:
         read_until(proc, "Streaming server ready" if not streaming else "Server is ready")
         for sig, name, note in ((signal.SIGHUP, "hangup", "reload is not supported"),
                                 (signal.SIGUSR1, "user defined signal 1", "re-open ignored"),
@@ -52,25 +63,12 @@ def test_server_survives_hup_usr1_usr2(streaming: list[str]) -> None:
             read_until(proc, f'Trapped "{name}" signal')
             read_until(proc, note)
         assert ping(port).startswith(b"PONG")
-        proc.terminate()
-        assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_standalone_streaming_survives_hup_and_usr1(reference_server) -> None:
-    proc = start("streaming", "--nats", reference_server.url)
-    try:
+    with running("streaming", "--nats", reference_server.url) as proc:
         read_until(proc, "Streaming server ready")
         proc.send_signal(signal.SIGHUP)
         read_until(proc, "Reload supported only for embedded NATS Server")
         proc.send_signal(signal.SIGUSR1)
         read_until(proc, "re-open ignored")
-        proc.terminate()
-        assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
