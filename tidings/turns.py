@@ -10,6 +10,7 @@ that its socket is not read again until the next turn.
 from __future__ import annotations
 
 import asyncio
+import time
 
 INPUT_BUDGET = 0.002  # seconds of input parsing per connection and loop turn
 
@@ -34,3 +35,25 @@ class LoopTurns:
 
     def _close(self) -> None:
         self._open = False
+
+
+class InputBudget:
+    """One connection's share of each loop turn: `start()` on every read, `spent()` after it
+    (or between the slices of a large one)."""
+
+    __slots__ = ("_turns", "_turn", "end")
+
+    def __init__(self, turns: LoopTurns) -> None:
+        self._turns = turns
+        self._turn = 0
+        self.end = 0.0  # perf_counter() time at which this turn's budget is spent
+
+    def start(self) -> None:
+        """Open this turn's budget on the connection's first read of the turn."""
+        turn = self._turns.current()
+        if turn != self._turn:
+            self._turn = turn
+            self.end = time.perf_counter() + INPUT_BUDGET
+
+    def spent(self) -> bool:
+        return time.perf_counter() > self.end

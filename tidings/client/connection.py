@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import time
 from collections import deque
 from typing import Any, Protocol
 
 from ..protocol.encode import PING, PONG
 from ..protocol.errors import ProtocolError as WireProtocolError
 from ..protocol.parser import ServerOpParser
-from ..turns import INPUT_BUDGET, LoopTurns
+from ..turns import InputBudget, LoopTurns
 from . import errors
 from .transport import upgrade_tls
 
@@ -107,9 +106,7 @@ class Connection(asyncio.Protocol):
         self._ping_timer: asyncio.TimerHandle | None = None
         self.paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
-        self._turns = LoopTurns(self._loop)
-        self._turn = 0  # the loop turn our input budget (turns.py) belongs to
-        self._turn_end = 0.0
+        self._budget = InputBudget(LoopTurns(self._loop))
 
     @property
     def is_live(self) -> bool:
@@ -120,16 +117,13 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        turn = self._turns.current()
-        if turn != self._turn:
-            self._turn = turn
-            self._turn_end = time.perf_counter() + INPUT_BUDGET
+        self._budget.start()
         try:
             self.parser.feed(data)
         except WireProtocolError as exc:
             self.fail(errors.ProtocolError(str(exc)))
         transport = self.transport
-        if time.perf_counter() > self._turn_end and not transport.is_closing():
+        if self._budget.spent() and not transport.is_closing():
             # This turn's input budget is spent: the next read waits for the next turn.
             transport.pause_reading()
             self._loop.call_soon(self._resume_reading)

@@ -25,7 +25,7 @@ from ..protocol.errors import (
 )
 from ..protocol.parser import ClientOpParser
 from ..protocol.subjects import is_valid_subscription
-from ..turns import INPUT_BUDGET
+from ..turns import InputBudget
 from . import flow
 from .sublist import EMPTY_RESULT, Subscription
 
@@ -101,8 +101,8 @@ def decode_connect(arg: bytes) -> dict[str, Any]:
 FIRST_PING_INTERVAL = 2.0
 RTT_INTERVAL = 3600.0
 
-# A connection's input is parsed for at most INPUT_BUDGET seconds per loop turn (turns.py),
-# a large read slice by slice; the rest waits for the next turn with reading paused.
+# A connection's input is parsed within its budget per loop turn (turns.py), a large read
+# slice by slice; the rest waits for the next turn with reading paused.
 FEED_SLICE = 16 * 1024
 
 # Payloads from this size on are written as their own buffer instead of being copied into
@@ -146,7 +146,7 @@ class ClientConnection(asyncio.Protocol):
         "rtt_start",
         "in_msgs", "in_bytes", "out_msgs", "out_bytes", "started",
         "congested", "stalled_by", "stalling", "stall_timer", "out_vectored",
-        "backlog", "input_paused", "turn", "turn_end",
+        "backlog", "input_paused", "budget",
     )
 
     def __init__(self, server: Server) -> None:
@@ -196,8 +196,7 @@ class ClientConnection(asyncio.Protocol):
         self.stall_timer: asyncio.TimerHandle | None = None
         self.backlog: bytes | None = None  # input read but not parsed yet (see _consume)
         self.input_paused = False
-        self.turn = 0  # the loop turn (Server.turns) our input budget belongs to
-        self.turn_end = 0.0
+        self.budget = InputBudget(server.turns)
 
     # -- asyncio callbacks ---------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -229,16 +228,13 @@ class ClientConnection(asyncio.Protocol):
             self.backlog += data
             self.pause_input()
             return
-        turn = self.server.turns.current()
-        if self.turn != turn:
-            self.turn = turn
-            self.turn_end = time.perf_counter() + INPUT_BUDGET
+        self.budget.start()
         rest = self._consume(data)
         if rest is not None:
             self.backlog = rest
             self.pause_input()
             self.server.loop.call_soon(self._work_backlog)
-        elif time.perf_counter() > self.turn_end and not self.closed:
+        elif self.budget.spent() and not self.closed:
             # Spent: the next read of this socket waits for the next turn.
             self.pause_input()
             self.server.loop.call_soon(self.resume_input)
@@ -254,19 +250,16 @@ class ClientConnection(asyncio.Protocol):
             if len(data) <= FEED_SLICE:
                 self.parser.feed(data)
             else:
-                deadline = self.turn_end
                 pos, n = 0, len(data)
                 while pos < n and not self.closed:
                     self.parser.feed(data[pos : pos + FEED_SLICE])
                     pos += FEED_SLICE
-                    if pos < n and time.perf_counter() > deadline:
+                    if pos < n and self.budget.spent():
                         rest = data[pos:]
                         break
         except ProtocolError as exc:
-            rest = None
             self.close_with_error(exc.err, str(exc))
         except Exception as exc:  # a defect, but one client's input must not leak a traceback
-            rest = None
             log.error("cid=%d closing: internal error on its input: %s: %s",
                       self.cid, type(exc).__name__, exc)
             self.close_with_error(None)
@@ -278,8 +271,7 @@ class ClientConnection(asyncio.Protocol):
         if self.closed or self.stalled_by or self.backlog is None:
             return  # a stall's end resumes the work (resume_input)
         data, self.backlog = self.backlog, None
-        self.turn = self.server.turns.current()
-        self.turn_end = time.perf_counter() + INPUT_BUDGET
+        self.budget.start()
         rest = self._consume(data)
         if rest is not None:
             self.backlog = rest
