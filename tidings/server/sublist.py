@@ -14,7 +14,6 @@ entries it matches, never the size of the cache.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from ..protocol.subjects import has_wildcard
@@ -169,10 +168,9 @@ class Sublist:
             self._invalidate(sub.subject, wildcard)
         return True
 
-    def remove_batch(self, subs: Iterable[Subscription]) -> None:
+    def remove_batch(self, subs: list[Subscription]) -> None:
         """Remove many subscriptions (a closing connection's) at once. Past a handful, the
         whole cache is dropped once, as the reference does, instead of entry by entry."""
-        subs = list(subs)
         if len(subs) <= BATCH_INVALIDATE:
             for sub in subs:
                 self.remove(sub)
