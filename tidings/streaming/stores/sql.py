@@ -423,14 +423,19 @@ class SqlStore(CoreStore):
 
     def _on_sent(self, ch: Channel, sub: SubRecord, seq: int) -> None:
         self._sub_ops[sub.id] = (ch, sub)
-        key = (sub.id, seq)
+        self._note_pending_added((sub.id, seq))
+
+    def _on_acked(self, ch: Channel, sub: SubRecord, seq: int) -> None:
+        self._note_pending_removed((sub.id, seq))
+
+    # A pending (sub id, seq) added and removed before a sync cancel out.
+    def _note_pending_added(self, key: tuple[int, int]) -> None:
         if key in self._pend_del:
             self._pend_del.discard(key)
         else:
             self._pend_add.add(key)
 
-    def _on_acked(self, ch: Channel, sub: SubRecord, seq: int) -> None:
-        key = (sub.id, seq)
+    def _note_pending_removed(self, key: tuple[int, int]) -> None:
         if key in self._pend_add:
             self._pend_add.discard(key)
         else:
@@ -626,17 +631,10 @@ class SqlStore(CoreStore):
         self._deleted_chans[:0] = taken.deleted
         self._client_ops = {**taken.client_ops, **self._client_ops}
         self._sub_ops = {**taken.sub_ops, **self._sub_ops}
-        # as _on_sent / _on_acked do: a later opposite change cancels an earlier one
         for key in taken.pend_add:
-            if key in self._pend_del:
-                self._pend_del.discard(key)
-            else:
-                self._pend_add.add(key)
+            self._note_pending_added(key)
         for key in taken.pend_del:
-            if key in self._pend_add:
-                self._pend_add.discard(key)
-            else:
-                self._pend_del.add(key)
+            self._note_pending_removed(key)
         self._info_dirty |= taken.info
 
     def close(self) -> None:
