@@ -118,7 +118,8 @@ def _duration(seconds: float) -> str:
     return f'"{int(seconds * 1000)}ms"'
 
 
-def start_reference(port: int | None = None, **options: Any) -> RunningServer:
+def start_reference(port: int | None = None, extra_args: list[str] | None = None,
+                    **options: Any) -> RunningServer:
     port = port or free_port()
     lines = []
     auth: list[str] = []
@@ -143,6 +144,7 @@ def start_reference(port: int | None = None, **options: Any) -> RunningServer:
     with os.fdopen(fd, "w") as f:
         f.write("\n".join(lines) + "\n")
     cmd = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-c", conf]
+    cmd += extra_args or []
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_ready(port, proc)
     return RunningServer("reference", port, proc, options, [conf])

@@ -18,7 +18,8 @@ from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
 from ..signals import SERVER_SIGNALS, trap_unsupported_signals
 from ..turns import LoopTurns
 from . import flow
-from .client import ClientConnection, Frame
+from .client import ClientConnection
+from .connection import Connection, Frame
 from .options import ServerOptions
 from .sublist import Sublist, Subscription
 
@@ -50,8 +51,8 @@ class Server:
         self.clients: dict[int, ClientConnection] = {}
         self.internal: set[int] = set()  # cids of in-process clients (embedded streaming)
         self.internal_expected = 0  # in-process clients still connecting
-        self.dirty: list[ClientConnection] = []
-        self.reader: ClientConnection | None = None  # whose bytes are being parsed now
+        self.dirty: list[Connection] = []
+        self.reader: Connection | None = None  # whose bytes are being parsed now
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.port = self.options.port
         self.slow_consumers = 0
@@ -256,7 +257,7 @@ class Server:
         self.dirty = []
         max_pending = self.options.max_pending
         reader = self.reader
-        congested: list[ClientConnection] = []
+        congested: list[Connection] = []
         deliveries = 0
         for client in dirty:
             out = client.out

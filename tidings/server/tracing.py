@@ -18,11 +18,12 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.subjects import is_valid_literal_subject, is_valid_subject
-from .client import msg_frame
+from .connection import msg_frame
 from .server import NATS_VERSION
 
 if TYPE_CHECKING:
-    from .client import ClientConnection, Frame
+    from .client import ClientConnection
+    from .connection import Frame
     from .server import Server
     from .sublist import Subscription
 
