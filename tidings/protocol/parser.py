@@ -1,8 +1,12 @@
 """Incremental parsers for both directions of the NATS client protocol.
 
 `ClientOpParser` reads what a client sends (CONNECT, PUB, HPUB, SUB, UNSUB, PING, PONG) and is
-used by the server; `ServerOpParser` reads what a server sends (INFO, MSG, HMSG, PING, PONG,
-+OK, -ERR) and is used by clients. Both take bytes split at any position and call methods of a
+used by the server; with `route=True` it reads what another server sends over a route instead,
+the way the reference's parser switches on the connection kind: the seed's `SUB ... RSID:..`,
+`UNSUB`, `MSG`/`HMSG` with a route sid, and the reference's `RS+`, `RS-`, `LS+`, `LS-`, `RMSG`,
+`HMSG` with an account, besides INFO, CONNECT, PUB, PING, PONG, +OK and -ERR.
+`ServerOpParser` reads what a server sends to a client (INFO, MSG, HMSG, PING, PONG, +OK,
+-ERR) and is used by clients. Both take bytes split at any position and call methods of a
 handler object for every complete operation; they never touch a socket.
 
 The client-op parser reproduces the reference server's parser where it matters on the wire:
@@ -87,6 +91,25 @@ class ClientOpHandler(Protocol):
         its header block has arrived (message tracing reports the error)."""
 
 
+class RouteOpHandler(ClientOpHandler, Protocol):
+    """What a route connection implements besides the client operations (PUB, SUB, UNSUB,
+    CONNECT, PING, PONG keep their meaning; SUB/UNSUB carry the seed's RSID sids)."""
+
+    def on_info(self, info: dict[str, Any]) -> None: ...
+    def on_err(self, message: str) -> None: ...
+    def on_remote_sub(self, fields: list[bytes], leaf: bool) -> None:
+        """RS+ / LS+ with its fields split."""
+    def on_remote_unsub(self, fields: list[bytes], leaf: bool) -> None:
+        """RS- / LS- with its fields split."""
+    def on_routed(
+        self, account: bytes | None, subject: bytes, sid: bytes | None, reply: bytes | None,
+        queues: list[bytes] | None, hdr_len: int, data: bytes,
+    ) -> None:
+        """A message from another server: the seed's MSG/HMSG (`sid` set, no account) or
+        the reference's RMSG/HMSG (`account` set; `queues` the queue groups it is for).
+        `hdr_len` is -1 without headers."""
+
+
 # Operation names: (name, kind). kind "sep" needs a space or tab after the name and takes an
 # argument; "arg" (CONNECT) skips optional blanks and takes the rest; "bare" ignores the rest.
 _CLIENT_OPS: tuple[tuple[bytes, str], ...] = (
@@ -102,6 +125,31 @@ _CLIENT_OPS: tuple[tuple[bytes, str], ...] = (
     (b"+OK", "bare"),
     (b"-ERR", "sep"),
 )
+_ROUTE_OPS: tuple[tuple[bytes, str], ...] = (
+    (b"RMSG", "sep"),
+    (b"MSG", "sep"),
+    (b"HMSG", "sep"),
+    (b"RS+", "sep"),
+    (b"RS-", "sep"),
+    (b"LS+", "sep"),
+    (b"LS-", "sep"),
+    (b"LMSG", "sep"),
+    (b"PUB", "sep"),
+    (b"HPUB", "sep"),
+    (b"SUB", "sep"),
+    (b"UNSUB", "sep"),
+    (b"PING", "bare"),
+    (b"PONG", "bare"),
+    (b"CONNECT", "arg"),
+    (b"INFO", "arg"),
+    (b"+OK", "bare"),
+    (b"-ERR", "sep"),
+)
+# A route's control lines carry accounts, replies and queue names: the reference allows 16
+# times max_control_line on them.
+ROUTE_CONTROL_LINE_FACTOR = 16
+_ROUTED = b"ROUTED"  # marks a pending routed message (see _finish_payload)
+_SEED_SID = (b"RSID:", b"QRSID:")
 _SERVER_OPS: tuple[tuple[bytes, str], ...] = (
     (b"MSG", "sep"),
     (b"HMSG", "sep"),
@@ -204,10 +252,19 @@ class ClientOpParser(_Framer):
         max_payload: int = MAX_PAYLOAD,
         max_control_line: int = MAX_CONTROL_LINE,
         interest: tuple[dict[bytes, Any], Any] | None = None,
+        route: bool = False,
     ) -> None:
         super().__init__()
         self.handler = handler
         self.max_payload = max_payload
+        self.route = route
+        self._ops = _ROUTE_OPS if route else _CLIENT_OPS
+        if route:
+            max_control_line *= ROUTE_CONTROL_LINE_FACTOR
+            interest = None
+            # A route's HMSG: the seed's form (subject sid ...) or the reference's (account
+            # subject ...); None until the handler knows which protocol the peer speaks.
+            self.seed_hmsg: bool | None = None
         self.max_control_line = max_control_line
         self.headers = False  # set once CONNECT says the client supports headers
         self.pedantic = False
@@ -311,6 +368,8 @@ class ClientOpParser(_Framer):
         payload = buf[:size]
         if op is None:
             self._on_pub(subject, reply, payload)
+        elif op is _ROUTED:
+            self.handler.on_routed(*subject, payload)  # type: ignore[attr-defined]
         else:
             self.handler.on_hpub(subject, reply, hdr, payload)
         return size + 2
@@ -325,7 +384,7 @@ class ClientOpParser(_Framer):
         """Keep an incomplete control line, refusing it early the way the reference does."""
         if self.awaiting_connect and buf[pos] not in b"Cc":
             raise ProtocolError(AUTHORIZATION_VIOLATION)
-        op = _classify(_CLIENT_OPS, buf, pos, n)
+        op = _classify(self._ops, buf, pos, n)
         if op == _BAD:
             raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
         if isinstance(op, tuple):
@@ -346,7 +405,7 @@ class ClientOpParser(_Framer):
         if eol < 0:
             self._hold_partial(buf, pos, n)
             return -1
-        op = _classify(_CLIENT_OPS, buf, pos, eol)
+        op = _classify(self._ops, buf, pos, eol)
         if not isinstance(op, tuple):
             raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
         name, kind, arg_start = op
@@ -369,6 +428,10 @@ class ClientOpParser(_Framer):
         if len(arg) > self.max_control_line:
             raise ProtocolError(MAX_CONTROL_LINE_EXCEEDED)
         nxt = eol + 1
+        if self.route:
+            done = self._route_op(name, arg, buf, nxt, n)
+            if done is not None:
+                return done
         if name == b"PUB" or name == b"HPUB":
             return self._pub_args(name, arg, buf, nxt, n)
         if name == b"SUB":
@@ -406,6 +469,86 @@ class ClientOpParser(_Framer):
             return nxt + 2
         # -ERR from a client: the reference logs it and closes the connection.
         raise ProtocolError(None, f"client sent -ERR {arg!r}")
+
+    def _route_op(self, name: bytes, arg: bytes, buf: bytes, start: int, n: int) -> int | None:
+        """The operations only a route has, and those whose meaning differs on a route.
+        Returns the next position (-1: waiting for the payload), None for the others."""
+        handler: Any = self.handler
+        if name in (b"RMSG", b"MSG", b"HMSG", b"LMSG"):
+            args = self._routed_args(name, split_fields_ws(arg))
+            size = args[-1]
+            if size > self.max_payload:
+                raise ProtocolError(MAX_PAYLOAD_VIOLATION)
+            end = start + size
+            pending = (_ROUTED, args[:-1], None, 0, size)
+            if end + 2 > n:
+                if end < n and buf[end] != 13:
+                    raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
+                self._wait_payload(buf, start, size, pending)
+                return -1
+            if buf[end] != 13 or buf[end + 1] != 10:
+                raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
+            handler.on_routed(*args[:-1], buf[start:end])
+            return end + 2
+        if name == b"RS+" or name == b"LS+":
+            handler.on_remote_sub(split_fields_ws(arg), name == b"LS+")
+            return start
+        if name == b"RS-" or name == b"LS-":
+            handler.on_remote_unsub(split_fields_ws(arg), name == b"LS-")
+            return start
+        if name == b"INFO":
+            info = decode_json(arg, "route INFO")
+            if not isinstance(info, dict):
+                raise ProtocolError(None, "route INFO is not a JSON object")
+            handler.on_info(info)
+            return start
+        if name == b"-ERR":
+            handler.on_err(_unquote(arg.decode(errors="replace")))
+            return start
+        return None
+
+    def _routed_args(
+        self, name: bytes, f: list[bytes]
+    ) -> tuple[bytes | None, bytes, bytes | None, bytes | None, list[bytes] | None, int, int]:
+        """(account, subject, sid, reply, queues, hdr_len, size) of a routed message line."""
+        hdr = -1
+        if name == b"LMSG":
+            f = f[1:]  # the origin cluster: no leaf nodes here, so nothing to do with it
+        headers = name == b"HMSG"
+        seed = name == b"MSG" or (
+            headers and (self.seed_hmsg if self.seed_hmsg is not None
+                         else len(f) > 1 and f[1].startswith(_SEED_SID))
+        )
+        if headers:
+            if len(f) < 4:
+                raise ProtocolError(None, f"route HMSG parse error: {f!r}")
+            hdr = parse_size(f[-2])
+            body = f[:-2]
+        else:
+            if len(f) < 3:
+                raise ProtocolError(None, f"route {name.decode()} parse error: {f!r}")
+            body = f[:-1]
+        size = parse_size(f[-1])
+        if size < 0 or (headers and (hdr < 0 or hdr > size)):
+            raise ProtocolError(None, f"route {name.decode()} bad sizes: {f!r}")
+        if seed:
+            # subject sid [reply]
+            if len(body) == 2:
+                return None, body[0], body[1], None, None, hdr, size
+            if len(body) == 3:
+                return None, body[0], body[1], body[2], None, hdr, size
+            raise ProtocolError(None, f"route {name.decode()} parse error: {f!r}")
+        # account subject [reply | + reply queue... | "|" queue...]
+        if len(body) == 2:
+            return body[0], body[1], None, None, None, hdr, size
+        if len(body) == 3:
+            return body[0], body[1], None, body[2], None, hdr, size
+        marker = body[2]
+        if marker == b"+":
+            return body[0], body[1], None, body[3], body[4:], hdr, size
+        if marker == b"|":
+            return body[0], body[1], None, None, body[3:], hdr, size
+        raise ProtocolError(None, f"route {name.decode()} bad reply indicator: {f!r}")
 
     def _pub_args(self, name: bytes, arg: bytes, buf: bytes, start: int, n: int) -> int:
         f = split_fields(arg)

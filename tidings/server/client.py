@@ -258,7 +258,7 @@ class ClientConnection(Connection):
 
     def no_responders_reply(self, subject: bytes, reply: bytes) -> None:
         """Tell a requester that nobody listens on `subject`, with a 503 status message."""
-        plain, _ = self.server.sublist.match(reply)
+        plain = self.server.sublist.match(reply)[0]
         for sub in plain:
             if sub.client is self:
                 hdr = b"NATS/1.0 503\r\nNats-Subject: %b\r\n\r\n" % subject

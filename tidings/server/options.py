@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD
 
@@ -27,6 +27,12 @@ class ServerOptions:
     token: str = ""
     no_log: bool = False
     debug: bool = False
+    # Clustering, as nats-server's flags: the route listener URL, seed routes, the name.
+    cluster: str = ""
+    routes: list[str] = field(default_factory=list)
+    cluster_name: str = ""
+    no_advertise: bool = False
+    cluster_advertise: str = ""
 
     @property
     def auth_required(self) -> bool:
@@ -42,6 +48,19 @@ def port_number(text: str) -> int:
     if not -1 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"invalid port {port} (0 to 65535; 0 or -1: any free port)")
     return max(port, 0)
+
+
+def route_list(text: str) -> list[str]:
+    """Comma-separated route URLs, for argparse; each must name a host and a port."""
+    from ..cluster.cluster import RouteURL
+
+    urls = [u.strip() for u in text.split(",") if u.strip()]
+    for url in urls:
+        try:
+            RouteURL(url)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return urls
 
 
 def positive_int(text: str) -> int:
@@ -89,12 +108,28 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", dest="no_log", action="store_true",
                         help="log only errors")
     parser.add_argument("-D", "--debug", action="store_true", help="debug logging")
+    parser.add_argument("--cluster", "--cluster_listen", dest="cluster", default="",
+                        metavar="URL",
+                        help="listen for routes on URL, nats://[user:pass@]host:port")
+    parser.add_argument("--routes", type=route_list, default=[], metavar="URLS",
+                        help="routes to solicit, comma separated: nats://host:port,...")
+    parser.add_argument("--cluster_name", default="", help="cluster name")
+    parser.add_argument("--no_advertise", action="store_true",
+                        help="do not advertise known cluster IPs to clients")
+    parser.add_argument("--cluster_advertise", default="", metavar="HOST:PORT",
+                        help="cluster URL to advertise to other servers")
 
 
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     """Options from parsed flags; a combination the reference refuses raises ValueError."""
     fields = ServerOptions.__dataclass_fields__
     options = ServerOptions(**{k: v for k, v in vars(args).items() if k in fields})
+    if options.cluster:
+        from ..cluster.cluster import RouteURL
+
+        RouteURL(options.cluster)  # ValueError with the reason when unusable
+    elif options.routes:
+        raise ValueError("--routes needs --cluster (a route listener), as in nats-server")
     if options.max_payload > options.max_pending:
         raise ValueError(f"max_payload ({options.max_payload}) cannot be higher than "
                          f"max_pending ({options.max_pending})")

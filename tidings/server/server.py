@@ -11,6 +11,7 @@ import platform
 import secrets
 import signal
 import time
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
@@ -24,6 +25,7 @@ from .options import ServerOptions
 from .sublist import Sublist, Subscription
 
 if TYPE_CHECKING:
+    from ..cluster.cluster import Cluster
     from .tracing import MsgTrace
 
 log = logging.getLogger("tidings.server")
@@ -63,6 +65,7 @@ class Server:
         self._qseq = 0
         self.trace_seq = 0  # sequence number of the trace events we sent (tracing.py)
         self.deliver = self._deliver  # bound once: route() runs per message
+        self.cluster: Cluster | None = None  # routes to other servers, when clustered
         self._listener: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.TimerHandle | None = None
         self._stopped = asyncio.Event()
@@ -95,6 +98,15 @@ class Server:
         if opts.write_deadline > 0:
             self._sweeper = self.loop.call_later(1.0, self._sweep_writes)
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
+        if opts.cluster:
+            from ..cluster.cluster import Cluster
+
+            self.cluster = Cluster(self)
+            try:
+                await self.cluster.start()
+            except OSError:
+                self._listener.close()
+                raise
         log.info("Server is ready")
 
     async def shutdown(self, drain_timeout: float | None = None) -> None:
@@ -106,6 +118,8 @@ class Server:
             self._listener.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self.cluster is not None:
+            await self.cluster.stop()
         self.flush()
         for client in list(self.clients.values()):
             client.closed = True
@@ -135,10 +149,56 @@ class Server:
         self._cid += 1
         return self._cid
 
+    def info_fields(self) -> dict[str, Any]:
+        """The server's INFO fields common to every client."""
+        return self._info
+
+    def own_client_urls(self) -> list[str]:
+        """Where clients reach this server, as INFO connect_urls lists it ("host:port")."""
+        host = self.options.host
+        if host in ("0.0.0.0", "::", ""):
+            from ..cluster.cluster import _local_ips
+
+            hosts = sorted(ip for ip in _local_ips() if not ip.startswith("127.") and ":" not in ip)
+            hosts = hosts or ["127.0.0.1"]
+        else:
+            hosts = [host]
+        return [f"{h}:{self.port}" for h in hosts]
+
+    def client_urls_changed(self) -> None:
+        """The cluster's client URLs changed: update INFO, and tell the clients that asked
+        for it (protocol 1, after their first PONG) with an asynchronous INFO."""
+        cluster = self.cluster
+        if cluster is None or self.options.no_advertise:
+            return
+        urls = self.own_client_urls()
+        for url in cluster.client_urls_of_cluster():
+            if url not in urls:
+                urls.append(url)
+        if self._info.get("connect_urls") == urls:
+            return
+        self._info = self._with_connect_urls(urls)
+        for client in self.clients.values():
+            if client.protocol >= 1 and client.first_pong_sent and not client.closed:
+                client.queue(self.info_for(client))
+        self.loop.call_soon(self.flush)
+
+    def _with_connect_urls(self, urls: list[str]) -> dict[str, Any]:
+        # In the reference's order: connect_urls after max_payload.
+        info: dict[str, Any] = {}
+        for key, value in self._info.items():
+            if key != "connect_urls":
+                info[key] = value
+            if key == "max_payload":
+                info["connect_urls"] = urls
+        return info
+
     def info_for(self, client: ClientConnection, connect_info: bool = False) -> bytes:
         info = dict(self._info)
         info["client_id"] = client.cid
         info["client_ip"] = client.host
+        if self.cluster is not None:
+            info["cluster"] = self.cluster.name
         if connect_info:
             info["connect_info"] = True
             info["remote_account"] = "$G"
@@ -174,7 +234,12 @@ class Server:
         client.subs.clear()
         for sub in subs:
             sub.closed = True  # delivery skips it from now on, wherever it still is
-        self._drop_subs(subs, 0)
+        self.drop_subs(subs)
+
+    def drop_subs(self, subs: list[Subscription]) -> None:
+        """Take subscriptions of a closed connection (client or route) out of the index."""
+        if subs:
+            self._drop_subs(subs, 0)
 
     def _drop_subs(self, subs: list[Subscription], start: int) -> None:
         """Take a closed connection's subscriptions out of the index, a chunk per loop turn:
@@ -193,7 +258,7 @@ class Server:
     # -- routing -------------------------------------------------------------
     def route(
         self,
-        pub: ClientConnection,
+        pub: ClientConnection | None,
         subject: bytes,
         reply: bytes | None,
         frame: Frame,
@@ -210,24 +275,70 @@ class Server:
         deliver = self.deliver if trace is None else trace.deliver
         sublist = self.sublist
         result = sublist.cache.get(subject) or sublist.match(subject)
-        plain, groups = result
+        plain, groups, remote = result
         delivered = False
         for sub in plain:
             if deliver(pub, sub, frame, plain_frame):
                 delivered = True
         for group in groups:
-            n = len(group)
-            self._qseq += 1
-            start = self._qseq % n
-            for k in range(n):
-                if deliver(pub, group[(start + k) % n], frame, plain_frame):
-                    delivered = True
-                    break
-        if not delivered and reply and pub.no_responders:
+            if self._deliver_one(pub, group, frame, plain_frame, deliver):
+                delivered = True
+        if remote is not None and self.cluster is not None:
+            # Other servers' interest: each route gets the message once (cluster/).
+            if self.cluster.forward(subject, reply, frame, plain_frame, remote):
+                delivered = True
+        if not delivered and reply and pub is not None and pub.no_responders:
             pub.no_responders_reply(subject, reply)
 
+    def route_from(
+        self,
+        route: Connection,
+        subject: bytes,
+        reply: bytes | None,
+        frame: Frame,
+        plain_frame: Frame | None,
+        queues: Container[bytes] = (),
+        direct: Subscription | None = None,
+    ) -> None:
+        """Deliver a message that came over a route: to local subscribers only (one hop).
+
+        Plain subscribers get it unless `direct` is given; of the queue groups only those
+        named in `queues` get it (the sending server chose this server for them), or just
+        `direct`, the queue subscription the sender picked (the seed's QRSID)."""
+        deliver = self.deliver
+        if direct is not None:
+            if deliver(route, direct, frame, plain_frame):
+                return
+            queues = (direct.queue,)  # gone meanwhile: another member of its group here
+        result = self.sublist.cache.get(subject) or self.sublist.match(subject)
+        plain, groups, _ = result
+        if direct is None:
+            for sub in plain:
+                deliver(route, sub, frame, plain_frame)
+        if queues:
+            for group in groups:
+                if group[0].queue in queues:
+                    self._deliver_one(route, group, frame, plain_frame, deliver)
+
+    def _deliver_one(
+        self,
+        pub: Connection | None,
+        group: tuple[Subscription, ...],
+        frame: Frame,
+        plain_frame: Frame | None,
+        deliver: Callable[..., bool],
+    ) -> bool:
+        """Deliver to one member of a queue group, taking turns; False if none would."""
+        n = len(group)
+        self._qseq += 1
+        start = self._qseq % n
+        for k in range(n):
+            if deliver(pub, group[(start + k) % n], frame, plain_frame):
+                return True
+        return False
+
     def _deliver(
-        self, pub: ClientConnection, sub: Subscription, frame: Frame, plain_frame: Frame | None
+        self, pub: Connection | None, sub: Subscription, frame: Frame, plain_frame: Frame | None
     ) -> bool:
         client = sub.client
         if client.closed or sub.closed or (client is pub and not pub.echo):
@@ -287,7 +398,10 @@ class Server:
         """Close clients whose socket has not drained for longer than the write deadline."""
         now = time.monotonic()
         deadline = self.options.write_deadline
-        for client in list(self.clients.values()):
+        conns: list[Connection] = list(self.clients.values())
+        if self.cluster is not None:
+            conns += self.cluster.routes.values()
+        for client in conns:
             transport = client.transport
             if transport is None or client.closed:
                 continue

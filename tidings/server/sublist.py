@@ -14,13 +14,18 @@ entries it matches, never the size of the cache.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..protocol.subjects import has_wildcard
 
-# A match result: (plain subscriptions, queue groups), each group a tuple of subscriptions.
-Result = tuple[tuple["Subscription", ...], tuple[tuple["Subscription", ...], ...]]
-EMPTY_RESULT: Result = ((), ())
+# A match result: (plain subscriptions, queue groups, remote interest), each group a tuple of
+# subscriptions. The first two hold local subscriptions only; the third is None unless a
+# route has interest (see RemoteInterest).
+Result = tuple[
+    tuple["Subscription", ...], tuple[tuple["Subscription", ...], ...], "RemoteInterest | None"
+]
+EMPTY_RESULT: Result = ((), (), None)
 # Cached results; when full the cache starts over (rebuilt on demand by later publishes).
 MAX_CACHE = 4096
 # A batch removal larger than this drops the whole cache instead of its entries one by one.
@@ -43,6 +48,46 @@ class Subscription:
         self.max = 0
         self.delivered = 0
         self.closed = False
+
+
+class RemoteInterest:
+    """The routes a message goes to: `plain` holds one subscription per route with plain
+    interest (the first in match order), `queues` the route members of each queue group
+    that has no local member (a local member is preferred, as in the reference)."""
+
+    __slots__ = ("plain", "queues")
+
+    def __init__(
+        self, plain: tuple[Subscription, ...], queues: tuple[tuple[Subscription, ...], ...]
+    ) -> None:
+        self.plain = plain
+        self.queues = queues
+
+
+def split_remote(
+    plain: list[Subscription], groups: dict[bytes, list[Subscription]]
+) -> Result:
+    """A result from subscriptions of which some are remote (their client is a route)."""
+    local: list[Subscription] = []
+    routes: dict[Any, Subscription] = {}
+    for sub in plain:
+        if sub.client.is_route:
+            routes.setdefault(sub.client, sub)
+        else:
+            local.append(sub)
+    local_groups: list[tuple[Subscription, ...]] = []
+    remote_groups: list[tuple[Subscription, ...]] = []
+    for members in groups.values():
+        near = tuple(sub for sub in members if not sub.client.is_route)
+        if near:
+            local_groups.append(near)
+        else:
+            remote_groups.append(tuple(members))
+    remote = RemoteInterest(tuple(routes.values()), tuple(remote_groups)) \
+        if routes or remote_groups else None
+    if not (local or local_groups or remote):
+        return EMPTY_RESULT
+    return tuple(local), tuple(local_groups), remote
 
 
 class _Node:
@@ -136,6 +181,10 @@ class Sublist:
         self.cache: dict[bytes, Result] = {}  # the same dict for the server's lifetime
         self._cached = _CacheIndex()
         self.count = 0
+        self.remote_count = 0  # subscriptions of routes (remote interest)
+        # Called with (subscription, added) after each insert and removal: the cluster
+        # propagates local interest to routes this way.
+        self.watcher: Callable[[Subscription, bool], None] | None = None
 
     def insert(self, sub: Subscription) -> None:
         subject = sub.subject
@@ -157,8 +206,12 @@ class Sublist:
                 bucket = self._literal[subject] = {}
             bucket[sub] = None
         self.count += 1
+        if sub.client.is_route:
+            self.remote_count += 1
         if self.cache:
             self._invalidate(subject, wildcard)
+        if self.watcher is not None:
+            self.watcher(sub, True)
 
     def remove(self, sub: Subscription) -> bool:
         wildcard = self._unlink(sub)
@@ -166,6 +219,8 @@ class Sublist:
             return False
         if self.cache:
             self._invalidate(sub.subject, wildcard)
+        if self.watcher is not None:
+            self.watcher(sub, False)
         return True
 
     def remove_batch(self, subs: list[Subscription]) -> None:
@@ -175,8 +230,10 @@ class Sublist:
             for sub in subs:
                 self.remove(sub)
             return
+        watcher = self.watcher
         for sub in subs:
-            self._unlink(sub)
+            if self._unlink(sub) is not None and watcher is not None:
+                watcher(sub, False)
         self.cache.clear()
         self._cached = _CacheIndex()
 
@@ -207,15 +264,20 @@ class Sublist:
                 return None
             self._prune(path, node)
             self._wildcards -= 1
-            self.count -= 1
+            self._uncount(sub)
             return True
         bucket = self._literal.get(subject)
         if bucket is None or bucket.pop(sub, 0) is not None:
             return None
         if not bucket:
             del self._literal[subject]
-        self.count -= 1
+        self._uncount(sub)
         return False
+
+    def _uncount(self, sub: Subscription) -> None:
+        self.count -= 1
+        if sub.client.is_route:
+            self.remote_count -= 1
 
     def match(self, subject: bytes) -> Result:
         result = self.cache.get(subject)
@@ -232,8 +294,10 @@ class Sublist:
             _match_trie(self._root, subject.split(b"."), literal, plain, groups)
         elif literal:
             _collect(literal, plain, groups)
-        if plain or groups:
-            result = (tuple(plain), tuple(tuple(g) for g in groups.values()))
+        if self.remote_count:
+            result = split_remote(plain, groups)
+        elif plain or groups:
+            result = (tuple(plain), tuple(tuple(g) for g in groups.values()), None)
         else:
             result = EMPTY_RESULT
         cache = self.cache

@@ -3,6 +3,8 @@ result cache that stays valid across inserts and removes."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -10,7 +12,17 @@ from tidings.protocol.subjects import subject_matches
 from tidings.server.sublist import EMPTY_RESULT, Sublist, Subscription
 
 
-def sub(subject: str, sid: str = "1", queue: str | None = None, client: object = None) -> (
+class Conn(SimpleNamespace):
+    """A connection as far as the index cares: a client's, or a route's."""
+
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
+
+
+LOCAL = Conn(is_route=False)
+
+
+def sub(subject: str, sid: str = "1", queue: str | None = None, client: object = LOCAL) -> (
     Subscription
 ):
     return Subscription(client, subject.encode(), queue.encode() if queue else None,
@@ -126,13 +138,16 @@ def test_trie_is_pruned() -> None:
 
 # -- model-based property test ---------------------------------------------------------------
 TOKENS = ["a", "b", "c"]
+# A local client and two routes (whose subscriptions are other servers' interest).
+CLIENTS = [LOCAL, LOCAL, Conn(is_route=True), Conn(is_route=True)]
 patterns = st.lists(st.sampled_from(TOKENS + ["*"]), min_size=1, max_size=3).flatmap(
     lambda toks: st.sampled_from([".".join(toks), ".".join(toks[:-1] + [">"])])
 )
 literals = st.lists(st.sampled_from(TOKENS), min_size=1, max_size=4).map(".".join)
 actions = st.lists(
     st.one_of(
-        st.tuples(st.just("insert"), patterns, st.sampled_from([None, "q1", "q2"])),
+        st.tuples(st.just("insert"), patterns,
+                  st.tuples(st.sampled_from([None, "q1", "q2"]), st.sampled_from(CLIENTS))),
         st.tuples(st.just("remove"), st.integers(min_value=0, max_value=50), st.none()),
         st.tuples(st.just("match"), literals, st.none()),
     ),
@@ -149,7 +164,8 @@ def test_matches_a_brute_force_model(actions: list[tuple[str, object, object]]) 
     for action, arg, queue in actions:
         if action == "insert":
             n += 1
-            s = sub(str(arg), str(n), queue)  # type: ignore[arg-type]
+            queue_name, client = queue  # type: ignore[misc]
+            s = sub(str(arg), str(n), queue_name, client)
             sl.insert(s)
             live.append(s)
         elif action == "remove" and live:
@@ -157,15 +173,33 @@ def test_matches_a_brute_force_model(actions: list[tuple[str, object, object]]) 
             assert sl.remove(s)
         elif action == "match":
             subject = str(arg).encode()
-            plain, groups = sl.match(subject)
+            plain, groups, remote = sl.match(subject)
             want = [s for s in live if subject_matches(s.subject, subject)]
-            assert sorted(s.sid for s in plain) == sorted(s.sid for s in want if not s.queue)
+            local = [s for s in want if not s.client.is_route]
+            assert sorted(s.sid for s in plain) == sorted(s.sid for s in local if not s.queue)
             got_groups = {g[0].queue: sorted(s.sid for s in g) for g in groups}
             want_groups: dict[bytes | None, list[bytes]] = {}
-            for s in want:
+            for s in local:
                 if s.queue:
                     want_groups.setdefault(s.queue, []).append(s.sid)
             assert got_groups == {k: sorted(v) for k, v in want_groups.items()}
+            # Remote interest: one subscription per route with plain interest, and the
+            # route members of each queue group without a local member.
+            far = [s for s in want if s.client.is_route]
+            want_routes = {s.client for s in far if not s.queue}
+            want_far_groups = {
+                s.queue: sorted(t.sid for t in far if t.queue == s.queue)
+                for s in far if s.queue and s.queue not in want_groups
+            }
+            if remote is None:
+                assert not want_routes and not want_far_groups
+            else:
+                assert [s.client for s in remote.plain] == list(dict.fromkeys(
+                    s.client for s in remote.plain))
+                assert {s.client for s in remote.plain} == want_routes
+                assert all(not s.queue for s in remote.plain)
+                got_far = {g[0].queue: sorted(s.sid for s in g) for g in remote.queues}
+                assert got_far == want_far_groups
             if not want:
                 assert sl.match(subject) is EMPTY_RESULT
         assert sl.count == len(live)

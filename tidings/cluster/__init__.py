@@ -1,0 +1,1 @@
+"""Clustering: routes between servers (route.py) and their management (cluster.py)."""
