@@ -26,7 +26,7 @@ from ..protocol.errors import AUTHORIZATION_VIOLATION, ProtocolError
 from ..protocol.parser import ClientOpParser, decode_json
 from ..protocol.subjects import is_valid_subscription
 from ..server.connection import Connection, Frame, msg_frame
-from ..server.sublist import Subscription
+from ..server.sublist import EMPTY_RESULT, Subscription
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -59,7 +59,10 @@ class RouteConnection(Connection):
         self.url = url  # where we connected to; "" for an accepted route
         self.implicit = implicit  # solicited because gossip told us of the server
         opts = server.options
-        self.parser = ClientOpParser(self, opts.max_payload, opts.max_control_line, route=True)
+        self.parser = ClientOpParser(
+            self, opts.max_payload, opts.max_control_line,
+            interest=(server.sublist.cache, EMPTY_RESULT), route=True,
+        )
         self.dialect: str | None = None
         self.remote_id = ""
         self.remote_name = ""
@@ -155,7 +158,11 @@ class RouteConnection(Connection):
 
     def choose_dialect(self, dialect: str) -> None:
         self.dialect = dialect
-        self.parser.seed_hmsg = dialect == SEED
+        parser = self.parser
+        parser.seed_hmsg = dialect == SEED
+        # Runs of messages go through the compiled scanner (see parser.py).
+        parser.scan_mode = 1 if dialect == SEED else 2
+        parser.bulk = True
 
     def on_ping(self) -> None:
         self.queue(b"PONG\r\n")

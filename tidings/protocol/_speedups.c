@@ -2,12 +2,16 @@
  * Optional compiled fast path for ClientOpParser (tidings/protocol/parser.py).
  *
  * scan_pubs() walks a run of well-formed "PUB <subject> [reply] <size>\r\n<payload>\r\n"
- * frames and stops at the first byte it is not sure about, leaving everything irregular
+ * frames (mode 0) and stops at the first byte it is not sure about, leaving everything irregular
  * (other operations, CR inside a line, oversize or incomplete frames, errors) to the
  * pure-Python parser, which stays the reference behaviour. Messages whose subject maps to
  * `empty` in the interest cache (nobody listens) are counted and skipped without creating
  * Python objects for their payloads; every other message is appended to `out` as a
  * (subject, reply_or_None, payload) tuple for the caller to route.
+ *
+ * On a route it walks the messages of the route's dialect instead: mode 1 the seed's
+ * "MSG <subject> <sid> [reply] <size>", mode 2 the reference's "RMSG <account> <subject>
+ * [reply] <size>" (no queue list), appending (subject, sid_or_account, reply, payload).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,21 +23,27 @@ scan_pubs(PyObject *self, PyObject *args)
     Py_buffer view;
     Py_ssize_t pos, max_payload, max_control_line;
     PyObject *cache, *empty, *out;
-    int keep_replies;
+    int keep_replies, mode = 0;
 
-    if (!PyArg_ParseTuple(args, "y*nnnO!OpO!", &view, &pos, &max_payload, &max_control_line,
-                          &PyDict_Type, &cache, &empty, &keep_replies, &PyList_Type, &out))
+    if (!PyArg_ParseTuple(args, "y*nnnO!OpO!|i", &view, &pos, &max_payload, &max_control_line,
+                          &PyDict_Type, &cache, &empty, &keep_replies, &PyList_Type, &out,
+                          &mode))
         return NULL;
 
     const char *buf = (const char *)view.buf;
     const Py_ssize_t n = view.len;
     Py_ssize_t dropped = 0, dropped_bytes = 0;
+    /* The operation, and the fields before the optional reply: subject (PUB), subject and
+     * sid (MSG), account and subject (RMSG). */
+    const char *opname = mode == 0 ? "PUB " : mode == 1 ? "MSG " : "RMSG ";
+    const Py_ssize_t oplen = (Py_ssize_t)strlen(opname);
+    const int lead = mode == 0 ? 1 : 2;
+    const int subj = mode == 2 ? 1 : 0;
 
-    while (n - pos >= 4) {
-        const char *p = buf + pos;
-        if (p[0] != 'P' || p[1] != 'U' || p[2] != 'B' || p[3] != ' ')
+    while (n - pos >= oplen) {
+        if (memcmp(buf + pos, opname, (size_t)oplen) != 0)
             break;
-        Py_ssize_t arg_start = pos + 4;
+        Py_ssize_t arg_start = pos + oplen;
         Py_ssize_t limit = n - arg_start;
         if (limit > max_control_line + 2)
             limit = max_control_line + 2;
@@ -47,16 +57,16 @@ scan_pubs(PyObject *self, PyObject *args)
         if (arg_end - arg_start > max_control_line)
             break;
 
-        /* Up to three fields separated by runs of spaces or tabs, as the reference splits
-         * them; a CR or LF inside the line goes the slow way. */
-        Py_ssize_t fs[3], fe[3];
+        /* Up to lead + 2 fields separated by runs of spaces or tabs, as the reference
+         * splits them; a CR or LF inside the line goes the slow way. */
+        Py_ssize_t fs[4], fe[4];
         int nf = 0, ok = 1;
         Py_ssize_t i = arg_start, start = -1;
         for (; i <= arg_end; i++) {
             char c = (i < arg_end) ? buf[i] : ' ';
             if (c == ' ' || c == '\t') {
                 if (start >= 0) {
-                    if (nf == 3) { ok = 0; break; }
+                    if (nf == lead + 2) { ok = 0; break; }
                     fs[nf] = start; fe[nf] = i; nf++;
                     start = -1;
                 }
@@ -66,7 +76,7 @@ scan_pubs(PyObject *self, PyObject *args)
                 start = i;
             }
         }
-        if (!ok || nf < 2)
+        if (!ok || nf < lead + 1)
             break;
         Py_ssize_t szs = fs[nf - 1], sze = fe[nf - 1];
         if (sze - szs > 9)
@@ -85,7 +95,7 @@ scan_pubs(PyObject *self, PyObject *args)
         if (buf[pend] != '\r' || buf[pend + 1] != '\n')
             break;
 
-        PyObject *subject = PyBytes_FromStringAndSize(buf + fs[0], fe[0] - fs[0]);
+        PyObject *subject = PyBytes_FromStringAndSize(buf + fs[subj], fe[subj] - fs[subj]);
         if (subject == NULL)
             goto error;
         PyObject *hit = PyDict_GetItemWithError(cache, subject);
@@ -93,7 +103,7 @@ scan_pubs(PyObject *self, PyObject *args)
             Py_DECREF(subject);
             goto error;
         }
-        if (hit == empty && (nf == 2 || !keep_replies)) {
+        if (hit == empty && (nf == lead + 1 || !keep_replies)) {
             Py_DECREF(subject);
             dropped++;
             dropped_bytes += size;
@@ -101,8 +111,8 @@ scan_pubs(PyObject *self, PyObject *args)
             continue;
         }
         PyObject *reply;
-        if (nf == 3) {
-            reply = PyBytes_FromStringAndSize(buf + fs[1], fe[1] - fs[1]);
+        if (nf == lead + 2) {
+            reply = PyBytes_FromStringAndSize(buf + fs[lead], fe[lead] - fs[lead]);
             if (reply == NULL) { Py_DECREF(subject); goto error; }
         } else {
             reply = Py_None;
@@ -110,7 +120,19 @@ scan_pubs(PyObject *self, PyObject *args)
         }
         PyObject *payload = PyBytes_FromStringAndSize(buf + pstart, size);
         if (payload == NULL) { Py_DECREF(subject); Py_DECREF(reply); goto error; }
-        PyObject *op = PyTuple_Pack(3, subject, reply, payload);
+        PyObject *op;
+        if (mode == 0) {
+            op = PyTuple_Pack(3, subject, reply, payload);
+        } else {
+            int other = 1 - subj; /* the sid (MSG) or the account (RMSG) */
+            PyObject *second = PyBytes_FromStringAndSize(buf + fs[other], fe[other] - fs[other]);
+            if (second == NULL) {
+                Py_DECREF(subject); Py_DECREF(reply); Py_DECREF(payload);
+                goto error;
+            }
+            op = PyTuple_Pack(4, subject, second, reply, payload);
+            Py_DECREF(second);
+        }
         Py_DECREF(subject);
         Py_DECREF(reply);
         Py_DECREF(payload);
@@ -132,8 +154,8 @@ error:
 
 static PyMethodDef methods[] = {
     {"scan_pubs", scan_pubs, METH_VARARGS,
-     "scan_pubs(buf, pos, max_payload, max_control_line, cache, empty, keep_replies, out)"
-     " -> (pos, dropped, dropped_bytes)"},
+     "scan_pubs(buf, pos, max_payload, max_control_line, cache, empty, keep_replies, out"
+     "[, mode]) -> (pos, dropped, dropped_bytes)"},
     {NULL, NULL, 0, NULL},
 };
 

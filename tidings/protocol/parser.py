@@ -259,9 +259,10 @@ class ClientOpParser(_Framer):
         self.max_payload = max_payload
         self.route = route
         self._ops = _ROUTE_OPS if route else _CLIENT_OPS
+        # What the compiled scanner walks: 0 PUBs; on a route 1 the seed's MSGs, 2 RMSGs.
+        self.scan_mode = 0
         if route:
             max_control_line *= ROUTE_CONTROL_LINE_FACTOR
-            interest = None
             # A route's HMSG: the seed's form (subject sid ...) or the reference's (account
             # subject ...); None until the handler knows which protocol the peer speaks.
             self.seed_hmsg: bool | None = None
@@ -306,14 +307,18 @@ class ClientOpParser(_Framer):
         while pos < n:
             if interest is not None and self.bulk and not self.awaiting_connect:
                 ops: list[tuple[bytes, bytes | None, bytes]] = []
+                mode = self.scan_mode
                 pos, skipped, skipped_bytes = scan_pubs(  # type: ignore[misc]
                     buf, pos, max_payload, self.max_control_line, interest[0], interest[1],
-                    self.keep_replies, ops,
+                    self.keep_replies, ops, mode,
                 )
                 self.unrouted_msgs += skipped
                 self.unrouted_bytes += skipped_bytes
-                for subject, reply, payload in ops:
-                    on_pub(subject, reply, payload)
+                if mode == 0:
+                    for subject, reply, payload in ops:
+                        on_pub(subject, reply, payload)
+                elif ops:
+                    self._routed_run(ops, mode)
                 if pos >= n:
                     break
             # Fast path: "PUB <subject> [reply] <size>\r\n", blanks as the reference splits.
@@ -359,6 +364,15 @@ class ClientOpParser(_Framer):
                 return
         if pos < n:
             self._hold_partial(buf, pos, n)
+
+    def _routed_run(self, ops: list[Any], mode: int) -> None:
+        on_routed = self.handler.on_routed  # type: ignore[attr-defined]
+        if mode == 1:
+            for subject, sid, reply, payload in ops:
+                on_routed(None, subject, sid, reply, None, -1, payload)
+        else:
+            for subject, account, reply, payload in ops:
+                on_routed(account, subject, None, reply, None, -1, payload)
 
     def _finish_payload(self, buf: bytes) -> int:
         op, subject, reply, hdr, size = self._pending  # type: ignore[misc]
