@@ -49,7 +49,7 @@ class RouteConnection(Connection):
 
     __slots__ = (
         "cluster", "url", "dialect", "remote_id", "remote_name", "info", "registered",
-        "done", "duplicate", "to_self", "implicit",
+        "done", "duplicate", "to_self", "implicit", "slow",
     )
 
     def __init__(self, cluster: Cluster, url: str = "", implicit: bool = False) -> None:
@@ -70,6 +70,7 @@ class RouteConnection(Connection):
         self.registered = False
         self.duplicate = False  # closed because another route to the same server won
         self.to_self = False
+        self.slow = False  # past max_pending (and not drained since)
         self.done: asyncio.Future[None] = server.loop.create_future()
 
     # -- connection ------------------------------------------------------------
@@ -89,6 +90,21 @@ class RouteConnection(Connection):
         self.queue(cluster.info_line())
         self.server.flush()
         self.ping_timer = self.server.loop.call_later(FIRST_PING, self._ping_tick)
+
+    def past_max_pending(self) -> bool:
+        """As the reference: a route is not closed for its pending bytes (only when it
+        takes nothing for the write deadline, Server._sweep_writes); its producers stall
+        (flow.py). The episode is counted and logged once, until it drains."""
+        if not self.slow:
+            self.slow = True
+            self.server.slow_consumers += 1
+            log.warning("%s slow consumer: MaxPending of %d exceeded", self.describe(),
+                        self.server.options.max_pending)
+        return False
+
+    def resume_writing(self) -> None:
+        self.slow = False
+        super().resume_writing()
 
     def ping_interval(self) -> float:
         return min(self.server.options.ping_interval, MAX_PING_INTERVAL)

@@ -231,6 +231,12 @@ class Connection(asyncio.Protocol):
         self.congested = False
         flow.drained(self)
 
+    def past_max_pending(self) -> bool:
+        """More than max_pending waits in our socket buffer: a client is closed as a slow
+        consumer (True); a route stays (see RouteConnection)."""
+        self.slow_consumer(f"MaxPending of {self.server.options.max_pending} exceeded")
+        return True
+
     def slow_consumer(self, why: str) -> None:
         self.server.slow_consumers += 1
         log.warning("cid=%d slow consumer: %s", self.cid, why)
