@@ -1,0 +1,79 @@
+"""Streaming in a cluster: the unmodified node-nats-streaming client connected to one tidings
+server reaches the streaming server embedded in another server of the cluster (all of its
+requests, acks, deliveries and heartbeats cross the route)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import nats
+import pytest
+
+from tests.servers import RunningServer, free_port, start_tidings
+
+from .test_node_client import drive, node_client  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.timeout(120)
+CLUSTER_ID = "test-cluster"
+
+
+@pytest.fixture
+def pair(tmp_path) -> Iterator[tuple[RunningServer, RunningServer]]:
+    """A (embedded streaming on a file store) and B (no streaming), routed together."""
+    a_route, b_route = free_port(), free_port()
+    a = start_tidings(extra_args=[
+        "--cluster", f"nats://127.0.0.1:{a_route}", "--cluster_name", "stan",
+        "-cid", CLUSTER_ID, "--store", "file", "--dir", str(tmp_path / "store"),
+    ])
+    b = start_tidings(extra_args=[
+        "--cluster", f"nats://127.0.0.1:{b_route}", "--cluster_name", "stan",
+        "--routes", f"nats://127.0.0.1:{a_route}", "--no_streaming",
+    ])
+    try:
+        yield a, b
+    finally:
+        b.stop()
+        a.stop()
+
+
+async def wait_for_route(a: RunningServer, b: RunningServer) -> None:
+    """Until the streaming server's discover subject on A is seen from B."""
+    nc = await nats.connect(b.url)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                # An empty (not protobuf) connect request: the server answers with an error,
+                # which proves the request reached it and the answer came back.
+                await nc.request(f"_STAN.discover.{CLUSTER_ID}", b"", timeout=0.5)
+                return
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+                assert time.monotonic() < deadline, "route did not come up"
+                await asyncio.sleep(0.05)
+    finally:
+        await nc.close()
+
+
+async def test_node_client_on_another_server(pair, node_client) -> None:  # noqa: F811
+    a, b = pair
+    await wait_for_route(a, b)
+    via_b = SimpleNamespace(url=b.url, cluster_id=CLUSTER_ID)
+    out = await drive(node_client, "pubsub", via_b, "node-cluster")
+    assert out["guids"] == out["unique"] == 10
+    assert out["subs"]["all"] == list(range(1, 12))
+    assert out["subs"]["seq"] == [7, 8, 9, 10, 11]
+
+    out = await drive(node_client, "queue", via_b, "node-cluster-q")
+    assert sorted(out["a"] + out["b"]) == list(range(1, 41))
+    assert not set(out["a"]) & set(out["b"])
+
+    # A durable made through B resumes through A, the streaming server's own NATS server.
+    first = await drive(node_client, "durableFirst", via_b, "node-cluster-dur")
+    assert first["got"] == [1, 2, 3, 4, 5]
+    via_a = SimpleNamespace(url=a.url, cluster_id=CLUSTER_ID)
+    resumed = await drive(node_client, "durableResume", via_a, "node-cluster-dur")
+    assert [(m["seq"], m["redelivered"]) for m in resumed["got"]] == [
+        (4, True), (5, True), (6, True)]
