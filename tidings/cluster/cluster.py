@@ -29,6 +29,9 @@ RECONNECT_FIRST = 1.0
 RECONNECT_MAX = 8.0
 IMPLICIT_ATTEMPTS = 3
 DIAL_TIMEOUT = 1.0  # as the reference's DEFAULT_ROUTE_DIAL
+# The route protocol level we announce: accounts in RS+/RMSG (the reference's RouteProtoV2),
+# not the distributed message tracing of level 3.
+ROUTE_PROTO = 2
 
 
 class RouteURL:
@@ -198,14 +201,17 @@ class Cluster:
         })
         return b"CONNECT " + encode_json(connect) + b"\r\n"
 
-    def info_fields(self) -> dict[str, Any]:
+    def info_line(self) -> bytes:
+        """Our route INFO, its keys in the reference's order (and a nonce, as it sends)."""
         server = self.server
         opts = server.options
+        common = server.info_fields()
         info: dict[str, Any] = {
             "server_id": server.server_id,
             "server_name": server.name,
-            "version": server.info_fields()["version"],
-            "go": server.info_fields()["go"],
+            "version": common["version"],
+            "proto": ROUTE_PROTO,
+            "go": common["go"],
             "host": self.listen.host,
             "port": self.port,
             "headers": True,
@@ -215,18 +221,14 @@ class Cluster:
         info["max_payload"] = opts.max_payload
         if opts.cluster_advertise:
             info["ip"] = f"nats-route://{opts.cluster_advertise}/"
-        if not opts.no_advertise:
-            info["connect_urls"] = server.own_client_urls()
+        info["nonce"] = secrets.token_urlsafe(11)[:15]
         info["cluster"] = self.name
         if self.dynamic:
             info["cluster_dynamic"] = True
-        info["tidings"] = info["go"]  # speaks the seed's dialect (route.py)
-        return info
-
-    def info_line(self) -> bytes:
-        info = self.info_fields()
-        info["nonce"] = secrets.token_urlsafe(8)
-        return b"INFO " + encode_json(info) + b"\r\n"
+        if not opts.no_advertise:
+            info["connect_urls"] = server.own_client_urls()
+        info["tidings"] = common["go"]  # speaks the seed's dialect (route.py)
+        return b"INFO " + encode_json(info) + b" \r\n"
 
     def authenticate(self, connect: dict[str, Any]) -> bool:
         return _same(connect.get("user"), self.listen.user) and _same(

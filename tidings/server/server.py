@@ -66,6 +66,7 @@ class Server:
         self.trace_seq = 0  # sequence number of the trace events we sent (tracing.py)
         self.deliver = self._deliver  # bound once: route() runs per message
         self.cluster: Cluster | None = None  # routes to other servers, when clustered
+        self.connect_urls: list[str] = []  # the cluster's client URLs, for clients' INFO
         self._listener: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.TimerHandle | None = None
         self._stopped = asyncio.Event()
@@ -175,23 +176,13 @@ class Server:
         for url in cluster.client_urls_of_cluster():
             if url not in urls:
                 urls.append(url)
-        if self._info.get("connect_urls") == urls:
+        if self.connect_urls == urls:
             return
-        self._info = self._with_connect_urls(urls)
+        self.connect_urls = urls
         for client in self.clients.values():
             if client.protocol >= 1 and client.first_pong_sent and not client.closed:
                 client.queue(self.info_for(client))
         self.loop.call_soon(self.flush)
-
-    def _with_connect_urls(self, urls: list[str]) -> dict[str, Any]:
-        # In the reference's order: connect_urls after max_payload.
-        info: dict[str, Any] = {}
-        for key, value in self._info.items():
-            if key != "connect_urls":
-                info[key] = value
-            if key == "max_payload":
-                info["connect_urls"] = urls
-        return info
 
     def info_for(self, client: ClientConnection, connect_info: bool = False) -> bytes:
         info = dict(self._info)
@@ -199,6 +190,8 @@ class Server:
         info["client_ip"] = client.host
         if self.cluster is not None:
             info["cluster"] = self.cluster.name
+            if self.connect_urls:
+                info["connect_urls"] = self.connect_urls
         if connect_info:
             info["connect_info"] = True
             info["remote_account"] = "$G"
