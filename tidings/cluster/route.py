@@ -200,13 +200,7 @@ class RouteConnection(Connection):
         self._add_interest(sid, subject, queue)
 
     def on_unsub(self, sid: bytes, max_msgs: int) -> None:
-        sub = self.subs.get(sid)
-        if sub is None:
-            return
-        if max_msgs > 0 and max_msgs > sub.delivered:
-            sub.max = max_msgs
-        else:
-            self.remove_sub(sub)
+        self.unsubscribe(sid, max_msgs)
 
     def on_remote_sub(self, fields: list[bytes], leaf: bool) -> None:
         """RS+ <account> <subject> [<queue> <weight>] (LS+ the same for a leaf's interest)."""
@@ -239,12 +233,6 @@ class RouteConnection(Connection):
         sub = Subscription(self, subject, queue, key)
         self.subs[key] = sub
         self.server.sublist.insert(sub)
-
-    def remove_sub(self, sub: Subscription) -> None:
-        sub.closed = True
-        if self.subs.get(sub.sid) is sub:
-            del self.subs[sub.sid]
-        self.server.sublist.remove(sub)
 
     # -- messages from the peer -----------------------------------------------
     def on_pub(self, subject: bytes, reply: bytes | None, payload: bytes) -> None:

@@ -493,15 +493,9 @@ class ClientOpParser(_Framer):
             size = args[-1]
             if size > self.max_payload:
                 raise ProtocolError(MAX_PAYLOAD_VIOLATION)
-            end = start + size
-            pending = (_ROUTED, args[:-1], None, 0, size)
-            if end + 2 > n:
-                if end < n and buf[end] != 13:
-                    raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
-                self._wait_payload(buf, start, size, pending)
+            end = self._payload_end(buf, start, n, (_ROUTED, args[:-1], None, 0, size))
+            if end < 0:
                 return -1
-            if buf[end] != 13 or buf[end + 1] != 10:
-                raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
             handler.on_routed(*args[:-1], buf[start:end])
             return end + 2
         if name == b"RS+" or name == b"LS+":
@@ -564,6 +558,20 @@ class ClientOpParser(_Framer):
             return body[0], body[1], None, None, body[3:], hdr, size
         raise ProtocolError(None, f"route {name.decode()} bad reply indicator: {f!r}")
 
+    def _payload_end(self, buf: bytes, start: int, n: int, pending: tuple[Any, ...]) -> int:
+        """Where the payload starting at buf[start] ends (its size is pending's last item),
+        checked for its CRLF; -1 when it has not all arrived: it waits, as `pending`."""
+        size = pending[-1]
+        end = start + size
+        if end + 2 > n:
+            if end < n and buf[end] != 13:
+                raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
+            self._wait_payload(buf, start, size, pending)
+            return -1
+        if buf[end] != 13 or buf[end + 1] != 10:
+            raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
+        return end
+
     def _pub_args(self, name: bytes, arg: bytes, buf: bytes, start: int, n: int) -> int:
         f = split_fields(arg)
         hdr = 0
@@ -594,15 +602,11 @@ class ClientOpParser(_Framer):
             raise ProtocolError(MAX_PAYLOAD_VIOLATION)
         if self.pedantic and not is_valid_literal_subject(subject):
             self.handler.on_soft_error(INVALID_PUBLISH_SUBJECT)
-        end = start + size
-        pending = (None if name == b"PUB" else name, subject, reply, hdr, size)
-        if end + 2 > n:
-            if end < n and buf[end] != 13:
-                raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
-            self._wait_payload(buf, start, size, pending)
+        end = self._payload_end(
+            buf, start, n, (None if name == b"PUB" else name, subject, reply, hdr, size)
+        )
+        if end < 0:
             return -1
-        if buf[end] != 13 or buf[end + 1] != 10:
-            raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
         if name == b"PUB":
             self._on_pub(subject, reply, buf[start:end])
         else:

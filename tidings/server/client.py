@@ -200,20 +200,9 @@ class ClientConnection(Connection):
             self.queue(OK)
 
     def on_unsub(self, sid: bytes, max_msgs: int) -> None:
-        sub = self.subs.get(sid)
-        if sub is not None:
-            if max_msgs > 0 and max_msgs > sub.delivered:
-                sub.max = max_msgs
-            else:
-                self.remove_sub(sub)
+        self.unsubscribe(sid, max_msgs)
         if self.verbose:
             self.queue(OK)
-
-    def remove_sub(self, sub: Subscription) -> None:
-        sub.closed = True
-        if self.subs.get(sub.sid) is sub:
-            del self.subs[sub.sid]
-        self.server.sublist.remove(sub)
 
     def on_pub(self, subject: bytes, reply: bytes | None, payload: bytes) -> None:
         if self.verbose:

@@ -243,6 +243,23 @@ class Connection(asyncio.Protocol):
         self.abort()
         flow.forget(self)
 
+    # -- subscriptions -----------------------------------------------------------
+    def unsubscribe(self, sid: bytes, max_msgs: int) -> None:
+        """UNSUB: now, or once the subscription has delivered `max_msgs` in all."""
+        sub = self.subs.get(sid)
+        if sub is None:
+            return
+        if max_msgs > 0 and max_msgs > sub.delivered:
+            sub.max = max_msgs
+        else:
+            self.remove_sub(sub)
+
+    def remove_sub(self, sub: Subscription) -> None:
+        sub.closed = True
+        if self.subs.get(sub.sid) is sub:
+            del self.subs[sub.sid]
+        self.server.sublist.remove(sub)
+
     # -- output ----------------------------------------------------------------
     def queue(self, data: bytes) -> None:
         if self.closed:
