@@ -184,7 +184,7 @@ class RouteConnection(Connection):
         self.queue(b"PONG\r\n")
 
     def on_err(self, message: str) -> None:
-        log.warning("%s sent -ERR '%s': closing", self.describe(), message)
+        log.info("%s sent -ERR '%s': closing", self.describe(), message)
         self.close_with_error(None)
 
     # -- interest from the peer ------------------------------------------------
