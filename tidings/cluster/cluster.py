@@ -39,7 +39,7 @@ class RouteURL:
 
     def __init__(self, text: str) -> None:
         parts = urlsplit(text if "://" in text else "nats://" + text)
-        if parts.scheme not in ("nats", "nats-route", "tls", "route"):
+        if parts.scheme not in ("nats", "nats-route", "route"):
             raise ValueError(f"route URL {text!r}: unknown scheme {parts.scheme!r}")
         if not parts.hostname or parts.port is None:
             raise ValueError(f"route URL {text!r}: host and port required")
@@ -216,6 +216,11 @@ class Cluster:
             "port": self.port,
             "headers": True,
         }
+        if opts.cluster_advertise:
+            host, _, port = opts.cluster_advertise.rpartition(":")
+            info["host"] = host or opts.cluster_advertise
+            if port.isdigit():
+                info["port"] = int(port)
         if self.auth_required:
             info["auth_required"] = True
         info["max_payload"] = opts.max_payload
@@ -237,7 +242,9 @@ class Cluster:
 
     def check_cluster_name(self, theirs: Any, their_dynamic: bool) -> str | None:
         """None if a peer named `theirs` may join; else the refusal to send. Without a
-        configured name we take a configured one, or the greater of two dynamic ones."""
+        configured name we take a configured one, or the greater of two dynamic ones. A peer
+        that names no cluster (the seed's CONNECT has no such field) is let in, where the
+        reference refuses it."""
         if not isinstance(theirs, str) or not theirs or theirs == self.name:
             return None
         if self.dynamic and (not their_dynamic or self.name < theirs):

@@ -40,6 +40,7 @@ GLOBAL_ACCOUNT = b"$G"
 FIRST_PING = 1.0
 MAX_PING_INTERVAL = 30.0
 CLIENT_ON_ROUTE_PORT = "attempted to connect to route port"
+ROUTE_MAX_PAYLOAD = 999_999_999
 
 
 class RouteConnection(Connection):
@@ -59,8 +60,10 @@ class RouteConnection(Connection):
         self.url = url  # where we connected to; "" for an accepted route
         self.implicit = implicit  # solicited because gossip told us of the server
         opts = server.options
+        # Servers of a cluster may have different max_payload settings: as in the reference,
+        # a route's messages are not held to ours (only to the 9 digits of a size field).
         self.parser = ClientOpParser(
-            self, opts.max_payload, opts.max_control_line,
+            self, ROUTE_MAX_PAYLOAD, opts.max_control_line,
             interest=(server.sublist.cache, EMPTY_RESULT), route=True,
         )
         self.dialect: str | None = None
@@ -206,7 +209,9 @@ class RouteConnection(Connection):
         """RS+ <account> <subject> [<queue> <weight>] (LS+ the same for a leaf's interest)."""
         if self.dialect is None:
             self.choose_dialect(NATS)
-        if len(fields) not in (2, 3, 4):
+        if leaf and len(fields) in (3, 5) and fields[1] == GLOBAL_ACCOUNT:
+            fields = fields[1:]  # LS+ <origin cluster> ...: no leaf nodes here to care
+        if len(fields) not in (2, 4):
             raise ProtocolError(None, f"RS+ parse error: {fields!r}")
         account, subject = fields[0], fields[1]
         if account != GLOBAL_ACCOUNT:
@@ -221,6 +226,8 @@ class RouteConnection(Connection):
         self._add_interest(key, subject, queue)
 
     def on_remote_unsub(self, fields: list[bytes], leaf: bool) -> None:
+        if leaf and len(fields) in (3, 4) and fields[1] == GLOBAL_ACCOUNT:
+            fields = fields[1:]
         if len(fields) not in (2, 3):
             raise ProtocolError(None, f"RS- parse error: {fields!r}")
         if fields[0] != GLOBAL_ACCOUNT:
