@@ -11,10 +11,11 @@ import logging
 import random
 import secrets
 import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ..server.connection import Frame
+from ..server.connection import Connection, Frame
 from ..server.sublist import RemoteInterest, Subscription
 from .route import NATS, SEED, RouteConnection, encode_json
 
@@ -392,15 +393,19 @@ class Cluster:
     # -- messages --------------------------------------------------------------
     def forward(
         self,
+        pub: Connection | None,
         subject: bytes,
         reply: bytes | None,
         frame: Frame,
         plain_frame: Frame | None,
         remote: RemoteInterest,
+        deliver: Callable[..., bool],
     ) -> bool:
-        """Send a local publish to the routes with interest: once per route, naming the
-        queue groups (with no member here) whose turn falls on that route's server."""
-        if not remote.queues:
+        """Send a local publish to the routes with interest, once per route, naming the
+        queue groups whose pick fell on that route's server. A group with members here and
+        elsewhere picks among all of them alike (a local pick is delivered with `deliver`),
+        as the reference does. True if the message went anywhere."""
+        if not remote.groups:
             sent = False
             for sub in remote.plain:
                 route = sub.client
@@ -408,27 +413,35 @@ class Cluster:
                     route.send_msg(sub, None, subject, frame, plain_frame, reply)
                     sent = True
             return sent
+        delivered = False
         targets: dict[RouteConnection, list[Any]] = {}
         for sub in remote.plain:
             if not sub.client.closed:
                 targets[sub.client] = [sub, None]
-        for members in remote.queues:
+        for members in remote.groups:
             n = len(members)
             self._qseq += 1
             start = self._qseq % n
             for k in range(n):
                 member = members[(start + k) % n]
-                if not member.client.closed and not member.closed:
-                    target = targets.get(member.client)
-                    if target is None:
-                        target = targets[member.client] = [None, None]
-                    if target[1] is None:
-                        target[1] = []
-                    target[1].append(member)
-                    break
+                client = member.client
+                if not client.is_route:
+                    if deliver(pub, member, frame, plain_frame):
+                        delivered = True
+                        break
+                    continue
+                if client.closed or member.closed:
+                    continue
+                target = targets.get(client)
+                if target is None:
+                    target = targets[client] = [None, None]
+                if target[1] is None:
+                    target[1] = []
+                target[1].append(member)
+                break
         for route, (plain_sub, queue_subs) in targets.items():
             route.send_msg(plain_sub, queue_subs, subject, frame, plain_frame, reply)
-        return bool(targets)
+        return delivered or bool(targets)
 
     def client_urls_of_cluster(self) -> list[str]:
         urls: list[str] = []

@@ -217,13 +217,21 @@ class RouteConnection(Connection):
         if account != GLOBAL_ACCOUNT:
             return  # only the global account exists here ($SYS and the like: not ours)
         queue = fields[2] if len(fields) > 2 else None
+        weight = 1
+        if queue is not None:
+            weight = int(fields[3]) if fields[3].isdigit() else 0
+            if weight <= 0:
+                raise ProtocolError(None, f"RS+ bad queue weight: {fields!r}")
         key = _interest_key(subject, queue)
-        if key in self.subs:
-            return  # a queue group's new weight: one member stands for the whole server
+        sub = self.subs.get(key)
+        if sub is not None:
+            if sub.weight != weight:  # a queue group's members there changed in number
+                self.server.sublist.reweigh(sub, weight)
+            return
         if not is_valid_subscription(subject):
             log.debug("%s: invalid subject %r in RS+", self.describe(), subject)
             return
-        self._add_interest(key, subject, queue)
+        self._add_interest(key, subject, queue, weight)
 
     def on_remote_unsub(self, fields: list[bytes], leaf: bool) -> None:
         if leaf and len(fields) in (3, 4) and fields[1] == GLOBAL_ACCOUNT:
@@ -236,8 +244,11 @@ class RouteConnection(Connection):
         if sub is not None:
             self.remove_sub(sub)
 
-    def _add_interest(self, key: bytes, subject: bytes, queue: bytes | None) -> None:
+    def _add_interest(
+        self, key: bytes, subject: bytes, queue: bytes | None, weight: int = 1
+    ) -> None:
         sub = Subscription(self, subject, queue, key)
+        sub.weight = weight
         self.subs[key] = sub
         self.server.sublist.insert(sub)
 

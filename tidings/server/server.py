@@ -278,7 +278,7 @@ class Server:
                 delivered = True
         if remote is not None and self.cluster is not None:
             # Other servers' interest: each route gets the message once (cluster/).
-            if self.cluster.forward(subject, reply, frame, plain_frame, remote):
+            if self.cluster.forward(pub, subject, reply, frame, plain_frame, remote, deliver):
                 delivered = True
         if not delivered and reply and pub is not None and pub.no_responders:
             pub.no_responders_reply(subject, reply)
@@ -304,14 +304,22 @@ class Server:
                 return
             queues = (direct.queue,)  # gone meanwhile: another member of its group here
         result = self.sublist.cache.get(subject) or self.sublist.match(subject)
-        plain, groups, _ = result
+        plain, groups, remote = result
         if direct is None:
             for sub in plain:
                 deliver(route, sub, frame, plain_frame)
-        if queues:
-            for group in groups:
-                if group[0].queue in queues:
-                    self._deliver_one(route, group, frame, plain_frame, deliver)
+        if not queues:
+            return
+        for group in groups:
+            if group[0].queue in queues:
+                self._deliver_one(route, group, frame, plain_frame, deliver)
+        if remote is not None:
+            for members in remote.groups:
+                if members[0].queue in queues:
+                    # Our members only: a message crosses one route.
+                    here = tuple(m for m in members if not m.client.is_route)
+                    if here:
+                        self._deliver_one(route, here, frame, plain_frame, deliver)
 
     def _deliver_one(
         self,

@@ -20,8 +20,8 @@ from typing import Any
 from ..protocol.subjects import has_wildcard
 
 # A match result: (plain subscriptions, queue groups, remote interest), each group a tuple of
-# subscriptions. The first two hold local subscriptions only; the third is None unless a
-# route has interest (see RemoteInterest).
+# subscriptions. The first two hold local subscriptions (and groups) only; the third is None
+# unless a route has interest (see RemoteInterest).
 Result = tuple[
     tuple["Subscription", ...], tuple[tuple["Subscription", ...], ...], "RemoteInterest | None"
 ]
@@ -37,7 +37,9 @@ Bucket = dict["Subscription", None]
 class Subscription:
     """One SUB of one client. `sid_sp` (" <sid> ") is pre-encoded for MSG frames."""
 
-    __slots__ = ("client", "subject", "queue", "sid", "sid_sp", "max", "delivered", "closed")
+    __slots__ = (
+        "client", "subject", "queue", "sid", "sid_sp", "max", "delivered", "closed", "weight",
+    )
 
     def __init__(self, client: Any, subject: bytes, queue: bytes | None, sid: bytes) -> None:
         self.client = client
@@ -48,20 +50,23 @@ class Subscription:
         self.max = 0
         self.delivered = 0
         self.closed = False
+        self.weight = 1  # the queue members a remote subscription stands for
 
 
 class RemoteInterest:
-    """The routes a message goes to: `plain` holds one subscription per route with plain
-    interest (the first in match order), `queues` the route members of each queue group
-    that has no local member (a local member is preferred, as in the reference)."""
+    """Where routes come in: `plain` holds one subscription per route with plain interest
+    (the first in match order); `groups` the queue groups with a member on another server,
+    each with all its members, a route's repeated by its weight (the members it stands for),
+    so that picking one at random picks each member of the cluster alike, as the reference
+    does."""
 
-    __slots__ = ("plain", "queues")
+    __slots__ = ("plain", "groups")
 
     def __init__(
-        self, plain: tuple[Subscription, ...], queues: tuple[tuple[Subscription, ...], ...]
+        self, plain: tuple[Subscription, ...], groups: tuple[tuple[Subscription, ...], ...]
     ) -> None:
         self.plain = plain
-        self.queues = queues
+        self.groups = groups
 
 
 def split_remote(
@@ -76,15 +81,19 @@ def split_remote(
         else:
             local.append(sub)
     local_groups: list[tuple[Subscription, ...]] = []
-    remote_groups: list[tuple[Subscription, ...]] = []
+    mixed: list[tuple[Subscription, ...]] = []
     for members in groups.values():
-        near = tuple(sub for sub in members if not sub.client.is_route)
-        if near:
-            local_groups.append(near)
-        else:
-            remote_groups.append(tuple(members))
-    remote = RemoteInterest(tuple(routes.values()), tuple(remote_groups)) \
-        if routes or remote_groups else None
+        if not any(sub.client.is_route for sub in members):
+            local_groups.append(tuple(members))
+            continue
+        weighted: list[Subscription] = []
+        for sub in members:
+            if sub.client.is_route and sub.weight > 1:
+                weighted.extend([sub] * sub.weight)
+            else:
+                weighted.append(sub)
+        mixed.append(tuple(weighted))
+    remote = RemoteInterest(tuple(routes.values()), tuple(mixed)) if routes or mixed else None
     if not (local or local_groups or remote):
         return EMPTY_RESULT
     return tuple(local), tuple(local_groups), remote
@@ -222,6 +231,12 @@ class Sublist:
         if self.watcher is not None:
             self.watcher(sub, False)
         return True
+
+    def reweigh(self, sub: Subscription, weight: int) -> None:
+        """A remote queue subscription now stands for `weight` members."""
+        sub.weight = weight
+        if self.cache:
+            self._invalidate(sub.subject, has_wildcard(sub.subject))
 
     def remove_batch(self, subs: list[Subscription]) -> None:
         """Remove many subscriptions (a closing connection's) at once. Past a handful, the

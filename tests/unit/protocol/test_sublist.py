@@ -182,15 +182,16 @@ def test_matches_a_brute_force_model(actions: list[tuple[str, object, object]]) 
             for s in local:
                 if s.queue:
                     want_groups.setdefault(s.queue, []).append(s.sid)
-            assert got_groups == {k: sorted(v) for k, v in want_groups.items()}
-            # Remote interest: one subscription per route with plain interest, and the
-            # route members of each queue group without a local member.
+            # Remote interest: one subscription per route with plain interest, and every
+            # queue group with a member on a route, with all its members.
             far = [s for s in want if s.client.is_route]
             want_routes = {s.client for s in far if not s.queue}
             want_far_groups = {
-                s.queue: sorted(t.sid for t in far if t.queue == s.queue)
-                for s in far if s.queue and s.queue not in want_groups
+                s.queue: sorted(t.sid for t in want if t.queue == s.queue)
+                for s in far if s.queue
             }
+            for name in want_far_groups:
+                want_groups.pop(name, None)
             if remote is None:
                 assert not want_routes and not want_far_groups
             else:
@@ -198,8 +199,9 @@ def test_matches_a_brute_force_model(actions: list[tuple[str, object, object]]) 
                     s.client for s in remote.plain))
                 assert {s.client for s in remote.plain} == want_routes
                 assert all(not s.queue for s in remote.plain)
-                got_far = {g[0].queue: sorted(s.sid for s in g) for g in remote.queues}
+                got_far = {g[0].queue: sorted(s.sid for s in g) for g in remote.groups}
                 assert got_far == want_far_groups
+            assert got_groups == {k: sorted(v) for k, v in want_groups.items()}
             if not want:
                 assert sl.match(subject) is EMPTY_RESULT
         assert sl.count == len(live)
@@ -212,3 +214,21 @@ def test_matches_a_brute_force_model(actions: list[tuple[str, object, object]]) 
             set(map(id, fresh.match(subject)[0])),
             {frozenset(map(id, g)) for g in fresh.match(subject)[1]},
         ]
+
+
+def test_a_remote_queue_member_counts_by_its_weight() -> None:
+    """A route's queue subscription stands for as many members as the other server has:
+    it appears that many times among the group's members, and a new weight is seen at once
+    (the cached result is dropped)."""
+    sl = Sublist()
+    route = Conn(is_route=True)
+    local = sub("q.a", "1", "g")
+    remote = sub("q.*", "R", "g", client=route)
+    remote.weight = 3
+    sl.insert(local)
+    sl.insert(remote)
+    plain, groups, far = sl.match(b"q.a")
+    assert groups == () and far is not None
+    assert [s.sid for s in far.groups[0]] == [b"1", b"R", b"R", b"R"]
+    sl.reweigh(remote, 1)
+    assert [s.sid for s in sl.match(b"q.a")[2].groups[0]] == [b"1", b"R"]
