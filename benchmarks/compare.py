@@ -4,7 +4,8 @@
 Starts both servers on free loopback ports, runs every workload on each in turn (A/B/A/B, the
 median of the repeats counts), and prints per workload the two figures, the ratio
 tidings/reference (the number we steer by) and the target from issue 3. The memory workload
-runs on freshly started servers of its own. `make bench` runs this; `--quick` is a short run.
+runs on freshly started servers of its own; the cluster row on a routed pair of each kind
+(publisher on the first server, subscriber on the second). `make bench` runs this; `--quick` is a short run.
 
     python benchmarks/compare.py [--quick] [--json FILE]
     python benchmarks/compare.py --tidings-cmd '.venv/bin/nats-server -a 127.0.0.1 -p {port}'
@@ -83,6 +84,8 @@ CHECKS = (
     Check("req/reply 128 B median", Spec("latency", 128), "median_us", "µs", 1.30, False),
     Check("req/reply 128 B p99", Spec("latency", 128), "p99_us", "µs", None, False),
     Check("memory, idle conns × 10 subs", Spec("memory"), "rss_mib", "MiB RSS", 2.0, False),
+    Check("cluster pub→sub 128 B, 2 servers", Spec("pubsub", 128, cluster=True), "msgs_per_s",
+          "msgs/s", 0.50),
 )
 
 
@@ -111,6 +114,7 @@ class Server:
     proc: subprocess.Popen[bytes] | None = None
     log: Any = None
     endpoint: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 0))
+    peer: Server | None = None  # the other server of a two-server cluster, for subscribers
 
     def start(self, timeout: float = 20.0) -> None:
         port = free_port()
@@ -243,7 +247,8 @@ def measure(servers: list[Server], specs: list[Spec], repeat: int, settings: Set
                 if not server.alive():
                     display.end(f"{title}: [red]server is not running[/red]")
                     continue
-                side = replace(settings, endpoint=server.endpoint, server_pid=server.pid)
+                side = replace(settings, endpoint=server.endpoint, server_pid=server.pid,
+                               sub_endpoint=server.peer.endpoint if server.peer else None)
                 result = run_spec(spec, side, display)
                 if not server.alive():
                     result.errors.append(f"server died:\n{server.log_tail()}")
@@ -383,6 +388,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def cluster_pairs(servers: list[Server]) -> tuple[list[Server], list[Server]]:
+    """For each server, a second one of its kind, routed to it: (the first of each pair, to
+    measure, publishers there; all of them, to start)."""
+    firsts: list[Server] = []
+    every: list[Server] = []
+    for server in servers:
+        argv = list(server.argv_template)
+        if server.name == TIDINGS and "--no_streaming" not in argv:
+            argv.append("--no_streaming")  # one server's worth of streaming is not the point
+        route1, route2 = free_port(), free_port()
+        first = Server(server.name, [*argv, "--cluster", f"nats://127.0.0.1:{route1}"])
+        second = Server(server.name, [*argv, "--cluster", f"nats://127.0.0.1:{route2}",
+                                      "--routes", f"nats://127.0.0.1:{route1}"])
+        first.peer = second
+        firsts.append(first)
+        every += [first, second]
+    return firsts, every
+
+
 def command(text: str | None, default: list[str]) -> list[str]:
     if text is None:
         return default
@@ -402,8 +426,9 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.workloads.split(",")) if args.workloads else None
     checks = [c for c in CHECKS if wanted is None or c.spec.workload in wanted]
     specs = list(dict.fromkeys(c.spec for c in checks))  # in order, each once
-    main_specs = [s for s in specs if s.workload != "memory"]
+    main_specs = [s for s in specs if s.workload != "memory" and not s.cluster]
     memory_specs = [s for s in specs if s.workload == "memory"]
+    cluster_specs = [s for s in specs if s.cluster]
     servers = [
         Server(REFERENCE, command(args.reference_cmd,
                                   [reference_binary(), "-a", "127.0.0.1", "-p", "{port}"])),
@@ -412,7 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     raise_nofile_limit()  # inherited by both servers: the memory workload needs many sockets
     runs: list[Run] = []
-    display = Display(console, 2 * (repeat * len(main_specs) + len(memory_specs)))
+    display = Display(console, 2 * (repeat * (len(main_specs) + len(cluster_specs))
+                                    + len(memory_specs)))
     started = time.monotonic()
     try:
         if main_specs:
@@ -425,6 +451,10 @@ def main(argv: list[str] | None = None) -> int:
         if memory_specs:
             with running(servers):  # fresh servers: RSS must not include earlier buffers
                 measure(servers, memory_specs, 1, settings, display, runs)
+        if cluster_specs:
+            firsts, pairs = cluster_pairs(servers)
+            with running(pairs):
+                measure(firsts, cluster_specs, repeat, settings, display, runs)
     except RuntimeError as e:
         display.close()
         console.print(f"[red]error:[/red] {e}")  # a server failed to start
@@ -441,7 +471,9 @@ def main(argv: list[str] | None = None) -> int:
     out.print(f"[dim]median of {repeat} run(s) per server, {settings.duration:g} s each; srv cpu "
               f"= server CPU in % of one core; noise = most CPU used by other processes during "
               f"a run; {os.cpu_count()} cpus; {time.monotonic() - started:.0f} s in all[/dim]")
-    noise = max((v.other_cpu_max for v in verdicts if v.other_cpu_max is not None), default=0.0)
+    # (A cluster row's second server is one of the "other processes": not noise.)
+    noise = max((v.other_cpu_max for v in verdicts
+                 if v.other_cpu_max is not None and not v.check.spec.cluster), default=0.0)
     if noise > NOISY:
         out.print(f"[yellow]warning: other processes used up to {noise * 100:.0f}% of a core during "
                   f"the runs; on a busy machine the ratios are less reliable[/yellow]")

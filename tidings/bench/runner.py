@@ -24,6 +24,7 @@ _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb":
 class Spec:
     workload: str
     size: int = 0  # payload bytes; unused by the memory workload
+    cluster: bool = False  # publisher and subscribers on two servers of a cluster
 
     def title(self, settings: Settings) -> str:
         if self.workload == "memory":
@@ -31,7 +32,8 @@ class Spec:
         name = self.workload
         if name in ("fanout", "queue"):
             name += str(subscriber_count(name, settings))
-        return f"{name} {format_size(self.size)}"
+        across = " across 2 servers" if self.cluster else ""
+        return f"{name} {format_size(self.size)}{across}"
 
 
 def format_size(n: int) -> str:

@@ -18,6 +18,8 @@ def no_progress(fraction: float, count: int) -> None:
 @dataclass(frozen=True)
 class Settings:
     endpoint: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 4222))
+    # Subscribers connect here instead (another server of the same cluster), when set.
+    sub_endpoint: Endpoint | None = None
     msgs: int = 5_000_000  # per run; a run also stops after `duration`
     duration: float = 3.0  # seconds of publishing (or of requests) per run
     subs: int = 4  # subscribers for fan-out and queue-group workloads

@@ -25,6 +25,7 @@ from tidings.bench.wire import (
     Conn,
     Endpoint,
     ProtocolError,
+    await_interest,
     make_payload,
     msg_frame_len,
     pub_frame,
@@ -130,18 +131,21 @@ def run_throughput(workload: str, size: int, settings: Settings,
         stop, go = ctx.RawValue("b", 0), ctx.Event()
         counts = ctx.RawArray("q", max(1, nsubs))
         subs = [f"sub{i}" for i in range(nsubs)]
+        sub_endpoint = settings.sub_endpoint or settings.endpoint
         for i, name in enumerate(subs):
-            crew.spawn(name, _subscriber, settings.endpoint, subject, queue, frame_len, i,
+            crew.spawn(name, _subscriber, sub_endpoint, subject, queue, frame_len, i,
                        counts, stop)
         crew.spawn("pub", _publisher, settings.endpoint, frame, settings.msgs,
                    settings.duration, settings.batch_bytes, go, stop, sent_v, final_v)
         window = CpuWindow(settings.server_pid)
         try:
             crew.wait_ready(settings.timeout)
+            if sub_endpoint != settings.endpoint:
+                await_interest(settings.endpoint, sub_endpoint, settings.timeout)
             window.start()
             go.set()
             _drive(crew, settings, progress, sent_v, final_v, counts, nsubs, copies)
-        except WorkerError as e:
+        except (WorkerError, ProtocolError, OSError) as e:
             result.errors.append(str(e))
         finally:
             window.stop()

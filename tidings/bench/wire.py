@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 import uuid
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
@@ -125,6 +126,32 @@ class Conn:
             self.sock.close()
         except OSError:
             pass
+
+
+def await_interest(pub: Endpoint, sub: Endpoint, timeout: float) -> None:
+    """Until a message published at `pub` reaches a subscription made at `sub` (another
+    server of the cluster): interest made at `sub` before this call has reached `pub`, since
+    a route carries it in order."""
+    subject = unique_subject("route-probe")
+    receiver, sender = Conn(sub, f"{CLIENT_NAME}-probe"), Conn(pub, f"{CLIENT_NAME}-probe")
+    try:
+        receiver.sock.sendall(f"SUB {subject} 1\r\n".encode())
+        receiver.flush()
+        deadline = time.monotonic() + timeout
+        receiver.sock.settimeout(0.05)
+        seen = b""
+        while b"MSG " not in seen:
+            if time.monotonic() > deadline:
+                raise ProtocolError(f"no route from {pub} to {sub} in {timeout:.0f}s")
+            sender.sock.sendall(f"PUB {subject} 0\r\n\r\n".encode())
+            sender.flush()
+            try:
+                seen += receiver.sock.recv(65536)
+            except TimeoutError:
+                pass
+    finally:
+        receiver.close()
+        sender.close()
 
 
 def make_payload(size: int) -> bytes:
