@@ -275,6 +275,7 @@ class Cluster:
                 return
         self.routes[remote_id] = route
         route.registered = True
+        route.start_pings()
         log.info("%s registered (%s dialect)", route.describe(), route.dialect)
         self._send_all_interest(route)
         if not (route.url and route.implicit):

@@ -20,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 from typing import TYPE_CHECKING, Any
 
-from ..protocol.errors import AUTHORIZATION_VIOLATION, ProtocolError
+from ..protocol.errors import AUTHORIZATION_VIOLATION, STALE_CONNECTION, ProtocolError
 from ..protocol.parser import ClientOpParser, decode_json
 from ..protocol.subjects import is_valid_subscription
 from ..server.connection import Connection, Frame, msg_frame
@@ -92,7 +93,24 @@ class RouteConnection(Connection):
                 )
         self.queue(cluster.info_line())
         self.server.flush()
-        self.ping_timer = self.server.loop.call_later(FIRST_PING, self._ping_tick)
+        # No PING before the INFO exchange (as the reference), but a route that never gets
+        # that far is closed as stale after as long as unanswered PINGs would take.
+        opts = self.server.options
+        self.ping_timer = self.server.loop.call_later(
+            self.ping_interval() * (opts.ping_max + 1), self._never_registered
+        )
+
+    def _never_registered(self) -> None:
+        if not self.registered and not self.closed:
+            self.close_with_error(STALE_CONNECTION, "route never registered")
+
+    def start_pings(self) -> None:
+        """Registered: keep-alive from now on, the first PING after about a second."""
+        if self.ping_timer is not None:
+            self.ping_timer.cancel()
+        self.ping_timer = self.server.loop.call_later(
+            FIRST_PING * (1 + random.random() / 5), self._ping_tick
+        )
 
     def past_max_pending(self) -> bool:
         """As the reference: a route is not closed for its pending bytes (only when it
