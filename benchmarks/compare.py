@@ -398,6 +398,7 @@ def cluster_pairs(servers: list[Server]) -> tuple[list[Server], list[Server]]:
         if server.name == TIDINGS and "--no_streaming" not in argv:
             argv.append("--no_streaming")  # one server's worth of streaming is not the point
         route1, route2 = free_port(), free_port()
+        argv += ["--cluster_name", "bench"]
         first = Server(server.name, [*argv, "--cluster", f"nats://127.0.0.1:{route1}"])
         second = Server(server.name, [*argv, "--cluster", f"nats://127.0.0.1:{route2}",
                                       "--routes", f"nats://127.0.0.1:{route1}"])

@@ -460,13 +460,15 @@ def route_known(cluster: Cluster, url: RouteURL) -> bool:
 
 
 def _keep_new(existing: RouteConnection, new: RouteConnection, our_id: str) -> bool:
-    """Of two routes between the same two servers, both sides keep the same one: the one
-    solicited by the server with the smaller id."""
+    """Of two routes between the same two servers, which one stays. The reference keeps the
+    one it registered first, so with a reference peer we do too (should each side keep the
+    other one, both close and the soliciting sides connect again). Two tidings servers
+    keep the same one: the one solicited by the server with the smaller id."""
     def solicited_by(route: RouteConnection) -> str:
         return our_id if route.url else route.remote_id
 
-    if bool(existing.url) == bool(new.url):
-        return False  # same direction: the first one stays
+    if new.dialect == NATS or bool(existing.url) == bool(new.url):
+        return False  # the first one stays
     return solicited_by(new) == min(our_id, new.remote_id)
 
 

@@ -54,7 +54,9 @@ class Cluster:
 
     def args(self, i: int) -> list[str]:
         m = self.members[i]
-        args = ["--cluster", m.route_url, "--cluster_name", self.name]
+        args = ["--cluster", m.route_url]
+        if self.name:  # without one the servers agree on a name of their own
+            args += ["--cluster_name", self.name]
         seeds = self.seeds.get(i)
         if seeds:
             args += ["--routes", ",".join(self.members[s].route_url for s in seeds)]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.integration.core.rawnats import CONNECT_QUIET, RawConn
+from tests.integration.core.rawnats import CONNECT_PLAIN, CONNECT_QUIET, RawConn
 
 from .conftest import Cluster, connect, synced, wait_interest, wait_mesh
 
@@ -72,8 +72,11 @@ async def test_no_advertise_keeps_the_cluster_from_clients(kinds: str) -> None:
 
 
 @pytest.mark.parametrize("kinds", ["tt", "tr", "rt"])
-async def test_routes_both_ways_end_as_one(kinds: str) -> None:
-    cluster = Cluster(kinds)
+@pytest.mark.parametrize("name", ["tc", ""], ids=["named", "unnamed"])
+async def test_routes_both_ways_end_as_one(kinds: str, name: str) -> None:
+    """Also without a cluster name, where the servers first disagree on the names they
+    made up and settle on one (a route refused for its name, then made again)."""
+    cluster = Cluster(kinds, name=name)
     cluster.seeds = {0: [1], 1: [0]}
     try:
         cluster.start_all()
@@ -98,5 +101,33 @@ async def test_routes_both_ways_end_as_one(kinds: str) -> None:
         assert got == [b"%d" % i for i in range(100)] + [b"end"]
         await a.close()
         await b.close()
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.parametrize("kinds", ["rt", "tr", "tt"])
+def test_an_unnamed_cluster_settles_and_loses_nothing(kinds: str) -> None:
+    """Without cluster names the first route may be refused for its made-up name (the
+    servers settle on the greater one): once a message has crossed, a burst arrives whole."""
+    cluster = Cluster(kinds, name="")
+    try:
+        cluster.start_all()
+        with RawConn(cluster.members[1].port, timeout=30) as sub, \
+                RawConn(cluster.members[0].port, timeout=30) as pub:
+            sub.connect(CONNECT_PLAIN)
+            sub.send(b"SUB burst 1\r\nSUB probe 2\r\n")
+            sub.barrier()
+            pub.connect(CONNECT_PLAIN)
+            # As soon as a probe crosses, the interest in burst (sent before) has too.
+            for _ in range(3000):
+                pub.send(b"PUB probe 0\r\n\r\n")
+                pub.barrier()
+                if sub.nothing_more(0.005):
+                    break
+            else:
+                raise AssertionError("no route formed")
+            count = 100_000
+            pub.send(b"PUB burst 1\r\nx\r\n" * count)
+            assert sub.count_msgs(count, timeout=30) == count
     finally:
         cluster.stop()
