@@ -7,8 +7,13 @@ import asyncio
 import logging
 import os
 import sys
+from typing import Any
 
 from .server.options import add_server_arguments, options_from_args
+
+# In a cluster, how long embedded streaming waits for the seed routes before it looks for
+# another streaming server with its cluster id.
+STREAMING_SEED_WAIT = 2.0
 
 
 def _setup_logging(quiet: bool, debug: bool) -> None:
@@ -34,8 +39,20 @@ def _cmd_server(args: argparse.Namespace) -> int:
 
         sopts = streaming_options(args)
 
-        async def extra_start(core: object) -> None:
-            running.append(await start_embedded(core, sopts))
+        async def extra_start(core: Any) -> None:
+            from .streaming.server.server import AnotherServerRunning
+
+            if core.cluster is not None:
+                # One streaming server per cluster id: look for another once the seed
+                # routes are up (a server that started first already serves it).
+                await core.cluster.seeded(STREAMING_SEED_WAIT)
+            try:
+                running.append(await start_embedded(core, sopts))
+            except AnotherServerRunning as exc:
+                if core.cluster is None:
+                    raise
+                logging.getLogger("tidings.streaming").warning(
+                    "%s in the cluster: this server runs without streaming", exc)
 
     async def main() -> None:
         try:

@@ -78,6 +78,8 @@ class Cluster:
         self._qseq = 0
         self._flush_scheduled = False
         self._stopping = False
+        self._seeds_reached: set[str] = set()  # seed routes registered at least once
+        self._seeded = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self) -> None:
@@ -91,10 +93,21 @@ class Cluster:
         server.sublist.watcher = self._local_interest
         log.info("Cluster name is %s", self.name)
         log.info("Listening for route connections on %s:%d", self.listen.host, self.port)
+        own = self._own_route_addresses()
+        # Our own listen address in the list: the reference skips it too.
+        self.seeds = [url for url in self.seeds if (url.host, url.port) not in own]
         for url in self.seeds:
-            if (url.host, url.port) in self._own_route_addresses():
-                continue  # our own listen address in the list: the reference skips it too
             self._spawn(self._keep_route(url, implicit=False))
+        if not self.seeds:
+            self._seeded.set()
+
+    async def seeded(self, timeout: float) -> bool:
+        """Wait (at most `timeout`) until a route to every seed has been made once."""
+        try:
+            await asyncio.wait_for(self._seeded.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
 
     async def stop(self) -> None:
         self._stopping = True
@@ -276,6 +289,10 @@ class Cluster:
         self.routes[remote_id] = route
         route.registered = True
         route.start_pings()
+        if route.url and not route.implicit:
+            self._seeds_reached.add(RouteURL(route.url).hostport)
+            if len(self._seeds_reached) >= len(self.seeds):
+                self._seeded.set()
         log.info("%s registered (%s dialect)", route.describe(), route.dialect)
         self._send_all_interest(route)
         if not (route.url and route.implicit):

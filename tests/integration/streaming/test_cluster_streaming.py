@@ -77,3 +77,44 @@ async def test_node_client_on_another_server(pair, node_client) -> None:  # noqa
     resumed = await drive(node_client, "durableResume", via_a, "node-cluster-dur")
     assert [(m["seq"], m["redelivered"]) for m in resumed["got"]] == [
         (4, True), (5, True), (6, True)]
+
+
+async def test_one_streaming_server_per_cluster_id() -> None:
+    """Three tidings servers started with their default embedded streaming: the first serves
+    it, the others find it once their seed route is up and run without (a warning, not an
+    exit): a discover request gets one answer, and clients of every server are served."""
+    from tidings.streaming.client import connect as stan_connect
+
+    routes = [free_port() for _ in range(3)]
+    servers: list[RunningServer] = []
+    try:
+        for i, route in enumerate(routes):
+            args = ["--cluster", f"nats://127.0.0.1:{route}", "--cluster_name", "stan3"]
+            if i:
+                args += ["--routes", f"nats://127.0.0.1:{routes[0]}"]
+            servers.append(start_tidings(extra_args=args))
+        for server in servers[1:]:
+            await wait_for_route(servers[0], server)
+        nc = await nats.connect(servers[2].url)
+        answers: list[bytes] = []
+
+        async def answer(msg: nats.aio.msg.Msg) -> None:
+            answers.append(msg.data)
+
+        await nc.subscribe("discover.answers", cb=answer)
+        await nc.publish(f"_STAN.discover.{CLUSTER_ID}", b"", reply="discover.answers")
+        await nc.flush()
+        deadline = time.monotonic() + 5
+        while not answers and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # a second streaming server would answer by now
+        assert len(answers) == 1
+        await nc.close()
+        for i, server in enumerate(servers):
+            sc = await stan_connect(CLUSTER_ID, f"via-{i}", url=server.url)
+            await sc.publish("one.store", b"m%d" % i)
+            await sc.close()
+        assert all(s.proc.poll() is None for s in servers)
+    finally:
+        for server in servers:
+            server.stop()

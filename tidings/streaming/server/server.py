@@ -56,6 +56,11 @@ from .state import CLIENT_ID_RE, Channel, Client, QueueState, Sub, is_channel_na
 
 log = logging.getLogger("tidings.streaming")
 
+
+class AnotherServerRunning(RuntimeError):
+    """A streaming server with our cluster id already answers on the discover subject."""
+
+
 PROTOCOL_ONE = 1
 _FETCH = 512  # messages read from the store per look-up when delivering
 _PING_OK = pb.PingResponse().SerializeToString()
@@ -276,7 +281,7 @@ class StreamingServer:
                     resp.closeRequests,
                     pb.CloseRequest(clientID=self.opts.cluster_id).SerializeToString(), 0.25,
                 )
-        raise RuntimeError(
+        raise AnotherServerRunning(
             f"discovered another streaming server with cluster ID {self.opts.cluster_id!r}"
         )
 
