@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tidings.protocol import parser as parser_module
 from tidings.protocol.errors import ProtocolError
@@ -172,3 +174,37 @@ def test_a_route_knows_no_client_only_operation() -> None:
     with pytest.raises(ProtocolError) as err:
         p.feed(b"XYZ foo\r\n")
     assert err.value.err == "Unknown Protocol Operation"
+
+
+ROUTE_FRAGMENTS = [
+    b"RMSG ", b"RS+ ", b"RS- ", b"LS+ ", b"LS- ", b"LMSG ", b"MSG ", b"HMSG ", b"SUB ",
+    b"UNSUB ", b"PUB ", b"PING", b"PONG", b"INFO ", b"CONNECT ", b"-ERR ", b"+OK", b"$G ",
+    b"foo", b"RSID:1:2", b"QRSID:3:4", b"+ ", b"| ", b"q1 ", b"r ", b"2", b"0", b"12", b" ",
+    b"\r\n", b"\n", b"hi", b"{}", b'{"server_id":"S"}', b"\x00", b"\xff",
+]
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(data=st.one_of(st.binary(max_size=200),
+                      st.lists(st.sampled_from(ROUTE_FRAGMENTS), max_size=40).map(b"".join)),
+       mode=st.sampled_from([0, 1, 2]), seed_hmsg=st.sampled_from([None, True, False]),
+       cut=st.integers(min_value=0, max_value=400))
+def test_route_input_never_raises_anything_else(data: bytes, mode: int,
+                                                seed_hmsg: bool | None, cut: int) -> None:
+    """Arbitrary bytes on a route: operations or a ProtocolError, nothing else, and the
+    same operations however the bytes are split (up to the error)."""
+    whole, whole_err = _run(route_parser(mode, seed_hmsg), [data])
+    split, split_err = _run(route_parser(mode, seed_hmsg), [data[:cut], data[cut:]])
+    assert (whole_err is None) == (split_err is None)
+    if whole_err is None:
+        assert whole == split
+
+
+def _run(made: tuple[ClientOpParser, RouteOps], chunks: list[bytes]) -> tuple[list[Any], Any]:
+    p, rec = made
+    try:
+        for chunk in chunks:
+            p.feed(chunk)
+    except ProtocolError as exc:
+        return rec.ops, exc
+    return rec.ops, None
