@@ -8,6 +8,7 @@ import asyncio
 import itertools
 import json
 import socket
+from typing import Any
 
 import pytest
 from nats.aio.msg import Msg
@@ -21,6 +22,17 @@ END = b"END"
 
 def subject(base: str) -> str:
     return f"{base}.{next(_ids)}"
+
+
+async def publish_numbered(pub: Any, subj: str, count: int, subscribers: Any) -> None:
+    """Once the subscribers' connections have been served and their interest has reached
+    the publisher's server, publish messages b"0", b"1", ... on `subj`."""
+    for nc in subscribers:
+        await synced(nc)
+        if nc is not pub:
+            await wait_interest(pub, nc, subject("probe"))
+    for i in range(count):
+        await pub.publish(subj, b"%d" % i)
 
 
 class Collector:
@@ -107,13 +119,8 @@ async def test_queue_group_delivers_once_cluster_wide(cluster: Cluster) -> None:
         await nc.subscribe(base, queue="workers", cb=take)
     plain = Collector()
     await c.subscribe(base, cb=plain.on_msg)
-    for nc in (b, c):
-        await synced(nc)
-    await wait_interest(a, b, subject("probe"))
-    await wait_interest(a, c, subject("probe"))
     count = 10_000
-    for i in range(count):
-        await a.publish(base, b"%d" % i)
+    await publish_numbered(a, base, count, (b, c))
     await a.publish(base, END)
     assert len(await plain.wait()) == count
 
@@ -143,12 +150,8 @@ async def test_queue_group_members_take_turns_cluster_wide(cluster: Cluster) -> 
             counts[name] += 1
 
         await nc.subscribe(base, queue="g", cb=take)
-        await synced(nc)
-    await wait_interest(a, b, subject("probe"))
-    await wait_interest(a, c, subject("probe"))
     total = 600
-    for i in range(total):
-        await a.publish(base, b"%d" % i)
+    await publish_numbered(a, base, total, (a, b, c))
     await eventually(lambda: sum(counts.values()) >= total)
     for nc in (a, b, c):
         await synced(nc)

@@ -92,6 +92,13 @@ def feed_client(
     if isinstance(chunks, bytes):
         chunks = [chunks]
     parser, rec = client_parser(**kw)
+    return run(parser, rec, chunks)
+
+
+def run(
+    parser: Any, rec: Any, chunks: list[bytes]
+) -> tuple[list[tuple[Any, ...]], ProtocolError | None]:
+    """Feed chunks to `parser`; the ops `rec` recorded and the error it raised."""
     try:
         for chunk in chunks:
             parser.feed(chunk)
@@ -104,13 +111,7 @@ def feed_server(chunks: list[bytes] | bytes) -> tuple[list[tuple[Any, ...]], Pro
     if isinstance(chunks, bytes):
         chunks = [chunks]
     rec = ServerOps()
-    parser = ServerOpParser(rec)
-    try:
-        for chunk in chunks:
-            parser.feed(chunk)
-    except ProtocolError as exc:
-        return rec.ops, exc
-    return rec.ops, None
+    return run(ServerOpParser(rec), rec, chunks)
 
 
 def splits(data: bytes) -> list[list[bytes]]:

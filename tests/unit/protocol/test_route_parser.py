@@ -13,7 +13,7 @@ from tidings.protocol import parser as parser_module
 from tidings.protocol.errors import ProtocolError
 from tidings.protocol.parser import ROUTE_CONTROL_LINE_FACTOR, ClientOpParser
 
-from .recorder import ClientOps, splits
+from .recorder import ClientOps, run, splits
 
 EMPTY = object()
 
@@ -193,18 +193,8 @@ def test_route_input_never_raises_anything_else(data: bytes, mode: int,
                                                 seed_hmsg: bool | None, cut: int) -> None:
     """Arbitrary bytes on a route: operations or a ProtocolError, nothing else, and the
     same operations however the bytes are split (up to the error)."""
-    whole, whole_err = _run(route_parser(mode, seed_hmsg), [data])
-    split, split_err = _run(route_parser(mode, seed_hmsg), [data[:cut], data[cut:]])
+    whole, whole_err = run(*route_parser(mode, seed_hmsg), [data])
+    split, split_err = run(*route_parser(mode, seed_hmsg), [data[:cut], data[cut:]])
     assert (whole_err is None) == (split_err is None)
     if whole_err is None:
         assert whole == split
-
-
-def _run(made: tuple[ClientOpParser, RouteOps], chunks: list[bytes]) -> tuple[list[Any], Any]:
-    p, rec = made
-    try:
-        for chunk in chunks:
-            p.feed(chunk)
-    except ProtocolError as exc:
-        return rec.ops, exc
-    return rec.ops, None
