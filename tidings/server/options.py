@@ -129,7 +129,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
 
         RouteURL(options.cluster)  # ValueError with the reason when unusable
     elif options.routes:
-        raise ValueError("--routes needs --cluster (a route listener), as in nats-server")
+        raise ValueError("solicited routes require cluster capabilities, e.g. --cluster")
     if options.max_payload > options.max_pending:
         raise ValueError(f"max_payload ({options.max_payload}) cannot be higher than "
                          f"max_pending ({options.max_pending})")

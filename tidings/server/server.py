@@ -444,9 +444,12 @@ async def run(options: ServerOptions, extra_start: Any = None) -> None:
     try:
         await server.start()
     except OSError as exc:
+        # As the reference words it: the client port, or the route port ("router").
+        what, host, port = "port", options.host, options.port
+        if server.cluster is not None and server.port:
+            what, host, port = "router", server.cluster.listen.host, server.cluster.listen.port
         reason = os.strerror(exc.errno) if (exc.errno or 0) > 0 else exc.strerror or str(exc)
-        raise OSError(f"error listening on port: {options.host}:{options.port}, {reason}") \
-            from exc
+        raise OSError(f"error listening on {what}: {host}:{port}, {reason}") from exc
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, server.request_stop)
