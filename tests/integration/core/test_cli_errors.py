@@ -121,3 +121,25 @@ def test_debug_keeps_the_traceback_in_the_log(busy_port: int) -> None:
     assert proc.returncode == 1
     assert "Traceback" in proc.stderr  # for developers, behind -D only
     assert proc.stderr.strip().splitlines()[-1].startswith("tidings server: error:")
+
+
+def test_route_port_in_use(busy_port: int) -> None:
+    args = ("-a", "127.0.0.1", "-p", str(free_port()),
+            "--cluster", f"nats://127.0.0.1:{busy_port}")
+    assert reference(*args).returncode != 0
+    assert_one_line_error(tidings("server", *args, "--no_streaming"), 1, "router",
+                          f"127.0.0.1:{busy_port}", "Address already in use")
+
+
+def test_routes_without_a_cluster_listener() -> None:
+    args = ("-a", "127.0.0.1", "-p", str(free_port()), "--routes", "nats://127.0.0.1:6222")
+    ref = reference(*args)
+    assert ref.returncode != 0
+    assert "solicited routes require cluster capabilities" in ref.stderr
+    assert_one_line_error(tidings("server", *args, "--no_streaming"), 1,
+                          "solicited routes require cluster capabilities")
+
+
+@pytest.mark.parametrize("url", ["bogus", "nats://127.0.0.1", "http://127.0.0.1:6222"])
+def test_unusable_route_urls(url: str) -> None:
+    assert_one_line_error(tidings("server", "--routes", url, "--no_streaming"), 2, "route URL")
