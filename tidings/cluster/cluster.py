@@ -129,7 +129,7 @@ class Cluster:
     def _own_route_addresses(self) -> set[tuple[str, int]]:
         hosts = {self.listen.host}
         if self.listen.host in ("0.0.0.0", "::", ""):
-            hosts |= {"127.0.0.1", "localhost", "::1", *_local_ips()}
+            hosts |= {"127.0.0.1", "localhost", "::1", *local_ips()}
         return {(h, self.port) for h in hosts}
 
     # -- soliciting ------------------------------------------------------------
@@ -162,7 +162,7 @@ class Cluster:
                         await self._route_closed(route.remote_id)
                         continue
                     failures += not route.registered
-                if implicit and (failures >= IMPLICIT_ATTEMPTS or route_known(self, url)):
+                if implicit and (failures >= IMPLICIT_ATTEMPTS or self._has_route_to(url)):
                     return
                 await asyncio.sleep(delay * (0.9 + random.random() / 5))
                 delay = min(delay * 2, RECONNECT_MAX)
@@ -461,6 +461,11 @@ class Cluster:
             route.send_msg(plain_sub, queue_subs, subject, frame, plain_frame, reply)
         return delivered or bool(targets)
 
+    def _has_route_to(self, url: RouteURL) -> bool:
+        return any(
+            r.url and RouteURL(r.url).hostport == url.hostport for r in self.routes.values()
+        )
+
     def client_urls_of_cluster(self) -> list[str]:
         urls: list[str] = []
         for remote in self.client_urls.values():
@@ -468,12 +473,6 @@ class Cluster:
                 if url not in urls:
                     urls.append(url)
         return urls
-
-
-def route_known(cluster: Cluster, url: RouteURL) -> bool:
-    return any(
-        r.url and RouteURL(r.url).hostport == url.hostport for r in cluster.routes.values()
-    )
 
 
 def _keep_new(existing: RouteConnection, new: RouteConnection, our_id: str) -> bool:
@@ -514,7 +513,7 @@ def _dynamic_name() -> str:
     return secrets.token_urlsafe(16).replace("-", "A").replace("_", "B")
 
 
-def _local_ips() -> set[str]:
+def local_ips() -> set[str]:
     try:
         infos = socket.getaddrinfo(socket.gethostname(), None)
     except OSError:

@@ -67,6 +67,7 @@ class RouteConnection(Connection):
             self, ROUTE_MAX_PAYLOAD, opts.max_control_line,
             interest=(server.sublist.cache, EMPTY_RESULT), route=True,
         )
+        self.parser.headers = True  # a peer's HPUB (the seed's PUB with headers) is fine
         self.dialect: str | None = None
         self.remote_id = ""
         self.remote_name = ""

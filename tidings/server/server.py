@@ -158,9 +158,9 @@ class Server:
         """Where clients reach this server, as INFO connect_urls lists it ("host:port")."""
         host = self.options.host
         if host in ("0.0.0.0", "::", ""):
-            from ..cluster.cluster import _local_ips
+            from ..cluster.cluster import local_ips
 
-            hosts = sorted(ip for ip in _local_ips() if not ip.startswith("127.") and ":" not in ip)
+            hosts = sorted(ip for ip in local_ips() if not ip.startswith("127.") and ":" not in ip)
             hosts = hosts or ["127.0.0.1"]
         else:
             hosts = [host]

@@ -120,3 +120,18 @@ def test_a_message_from_the_peer_is_never_sent_back(server: tuple[RunningServer,
     got = peer.read_until(lambda b: b"mine" in b) and peer.take()
     assert got.endswith(b"MSG echo RSID:1:1 4\r\nmine\r\n")
     assert b"\r\nhi\r\n" not in got
+
+
+def test_the_peers_publishes_with_headers(server: tuple[RunningServer, int]) -> None:
+    srv, route_port = server
+    dave = RawConn(srv.port)
+    dave.connect(b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n')
+    dave.send(b"SUB h 1\r\n")
+    dave.barrier()
+    peer = join(route_port)
+    peer.barrier()
+    hdr = b"NATS/1.0\r\nA: b\r\n\r\n"
+    peer.send(b"HPUB h %d %d\r\n%shi\r\n" % (len(hdr), len(hdr) + 2, hdr))
+    peer.barrier()
+    want = b"HMSG h 1 %d %d\r\n%shi\r\n" % (len(hdr), len(hdr) + 2, hdr)
+    assert dave.read_until(lambda b: want in b)
