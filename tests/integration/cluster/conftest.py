@@ -105,7 +105,7 @@ async def synced(nc: NATS) -> None:
     await sub.unsubscribe()
 
 
-async def eventually(pred: Callable[[], bool], timeout: float = 10.0) -> None:
+async def eventually(pred: Callable[[], bool], timeout: float = 30.0) -> None:
     """Until pred() holds (messages still crossing a route), failing after `timeout`."""
     deadline = time.monotonic() + timeout
     while not pred():
@@ -113,7 +113,7 @@ async def eventually(pred: Callable[[], bool], timeout: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def wait_interest(pub: NATS, sub: NATS, subject: str, timeout: float = 15.0) -> None:
+async def wait_interest(pub: NATS, sub: NATS, subject: str, timeout: float = 30.0) -> None:
     """Until a message published on `pub` reaches a fresh subscription on `sub`: the
     route between their servers is up and carries `sub`'s interest."""
     got = asyncio.Event()

@@ -50,7 +50,7 @@ class Collector:
             self.msgs.append(msg)
 
     async def wait(self) -> list[Msg]:
-        await asyncio.wait_for(self.done.wait(), 10)
+        await asyncio.wait_for(self.done.wait(), 30)
         return self.msgs
 
 
