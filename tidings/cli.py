@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from .server.options import add_server_arguments, options_from_args
@@ -16,28 +18,52 @@ from .server.options import add_server_arguments, options_from_args
 STREAMING_SEED_WAIT = 2.0
 
 
-def _setup_logging(quiet: bool, debug: bool) -> None:
-    level = logging.ERROR if quiet else logging.DEBUG if debug else logging.INFO
-    logging.basicConfig(
-        level=level,
-        format=f"[{os.getpid()}] %(asctime)s [%(levelname).3s] %(message)s",
-        stream=sys.stderr,
-    )
+def _setup_logging(quiet: bool, debug: bool, trace: bool = False, logtime: bool = True,
+                   log_file: str = "") -> None:
+    from .logs import setup
+
+    setup(quiet=quiet, debug=debug, trace=trace, logtime=logtime, log_file=log_file)
 
 
 def _cmd_server(args: argparse.Namespace) -> int:
-    from .server.server import install_uvloop, run
+    from .server.server import NATS_VERSION, install_uvloop, run
 
-    _setup_logging(args.no_log, args.debug)
+    if args.version:
+        from . import __version__
+
+        print(f"tidings-server: v{__version__} (nats-server v{NATS_VERSION} protocol)")
+        return 0
+    if args.signal:
+        from .server.signal_cmd import send_signal
+
+        return send_signal(args.signal, args.pid_file)
+    base = None
+    conf: dict[str, Any] = {}
+    if args.config:
+        from .server.config import load_server_config
+
+        base, conf = load_server_config(args.config)
+    options = options_from_args(args, base)
+    if args.test_config:
+        if not args.config:
+            raise ValueError("-t needs a configuration file (-c FILE)")
+        print(f"tidings-server: configuration file {args.config} is valid")
+        return 0
+    _setup_logging(options.no_log, options.debug, options.trace, options.logtime,
+                   options.log_file)
     install_uvloop()
-    options = options_from_args(args)
     extra_start = None
     running: list = []
     if not args.no_streaming:
         from .streaming.server import options_from_args as streaming_options
         from .streaming.server import start_embedded
 
-        sopts = streaming_options(args)
+        sbase = None
+        if isinstance(conf.get("streaming"), dict):
+            from .streaming.server.options import StreamingOptions, apply_config
+
+            sbase = apply_config(StreamingOptions(), conf["streaming"])
+        sopts = streaming_options(args, sbase)
 
         async def extra_start(core: Any) -> None:
             from .streaming.server.server import AnotherServerRunning
@@ -61,11 +87,27 @@ def _cmd_server(args: argparse.Namespace) -> int:
             for r in running:
                 await r.stop()
 
-    try:
-        asyncio.run(main())
-    except KeyboardInterrupt:
-        pass
+    with _pid_file(options.pid_file):
+        try:
+            asyncio.run(main())
+        except KeyboardInterrupt:
+            pass
     return 0
+
+
+@contextlib.contextmanager
+def _pid_file(path: str) -> Iterator[None]:
+    """Write our PID to `path` (-P) while the server runs, as the reference does."""
+    if not path:
+        yield
+        return
+    with open(path, "w", encoding="ascii") as f:
+        f.write(str(os.getpid()))
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def _cmd_streaming(args: argparse.Namespace) -> int:
@@ -127,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tidings", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    server = commands.add_parser("server", help="run a NATS server")
+    # No abbreviations: `-c` must never be taken for `-cid`, nor `--clus` for anything.
+    server = commands.add_parser("server", help="run a NATS server", allow_abbrev=False)
     add_server_arguments(server)
     from .streaming.server.options import add_streaming_arguments
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD
 
@@ -27,6 +27,10 @@ class ServerOptions:
     token: str = ""
     no_log: bool = False
     debug: bool = False
+    trace: bool = False
+    logtime: bool = True
+    log_file: str = ""
+    pid_file: str = ""
     # Clustering, as nats-server's flags: the route listener URL, seed routes, the name.
     cluster: str = ""
     routes: list[str] = field(default_factory=list)
@@ -75,55 +79,118 @@ def positive_int(text: str) -> int:
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags named as nats-server's."""
+    """Flags named as nats-server's. Their defaults are None: a flag given on the command line
+    overrides the configuration file, which overrides ServerOptions' defaults."""
     d = ServerOptions()
-    parser.add_argument("-a", "--addr", "--net", dest="host", default=d.host,
-                        help="bind to host address (default %(default)s)")
-    parser.add_argument("-p", "--port", type=port_number, default=d.port,
-                        help="port for clients; 0 or -1 picks a free port (default %(default)s)")
-    parser.add_argument("-n", "--name", "--server_name", dest="name", default=d.name,
-                        help="server name (default: the server id)")
-    parser.add_argument("-m", "--http_port", type=port_number, default=d.http_port,
-                        help="HTTP port for monitoring (reserved)")
-    parser.add_argument("--max_payload", type=positive_int, default=d.max_payload,
-                        help="maximum message payload in bytes (default %(default)s)")
-    parser.add_argument("--max_control_line", type=positive_int, default=d.max_control_line,
-                        help="maximum control line in bytes (default %(default)s)")
-    parser.add_argument("--max_connections", type=positive_int, default=d.max_connections,
-                        help="maximum client connections (default %(default)s)")
-    parser.add_argument("--max_pending", type=positive_int, default=d.max_pending,
-                        help="maximum bytes buffered for a client (default %(default)s)")
-    parser.add_argument("--ping_interval", type=float, default=d.ping_interval,
-                        help="seconds between server pings (default %(default)s)")
-    parser.add_argument("--ping_max", type=int, default=d.ping_max,
-                        help="unanswered pings before closing (default %(default)s)")
-    parser.add_argument("--auth_timeout", type=float, default=d.auth_timeout,
-                        help="seconds a client has to send CONNECT when auth is on")
-    parser.add_argument("--write_deadline", type=float, default=d.write_deadline,
-                        help="seconds a client may block writes before it is a slow consumer")
-    parser.add_argument("--user", default="", help="user required for connections")
-    parser.add_argument("--pass", dest="password", default="", help="password required")
-    parser.add_argument("--auth", dest="token", default="", help="token required")
-    parser.add_argument("-l", "--log_file", default="", help="(accepted for compatibility)")
-    parser.add_argument("-q", "--quiet", dest="no_log", action="store_true",
-                        help="log only errors")
-    parser.add_argument("-D", "--debug", action="store_true", help="debug logging")
-    parser.add_argument("--cluster", "--cluster_listen", dest="cluster", default="",
-                        metavar="URL",
-                        help="listen for routes on URL, nats://[user:pass@]host:port")
-    parser.add_argument("--routes", type=route_list, default=[], metavar="URLS",
-                        help="routes to solicit, comma separated: nats://host:port,...")
-    parser.add_argument("--cluster_name", default="", help="cluster name")
-    parser.add_argument("--no_advertise", action="store_true",
-                        help="do not advertise known cluster IPs to clients")
-    parser.add_argument("--cluster_advertise", default="", metavar="HOST:PORT",
-                        help="cluster URL to advertise to other servers")
+    add = parser.add_argument
+    add("-a", "--addr", "--net", dest="host", help=f"bind to host address (default {d.host})")
+    add("-p", "--port", type=port_number,
+        help=f"port for clients; 0 or -1 picks a free port (default {d.port})")
+    add("-n", "--name", "--server_name", dest="name", help="server name (default: the server id)")
+    add("-m", "--http_port", type=port_number, help="HTTP port for monitoring")
+    add("-ms", "--https_port", type=port_number, help="HTTPS port for monitoring (needs TLS: "
+        "refused until tidings has it)")
+    add("-c", "--config", default="", metavar="FILE", help="configuration file")
+    add("-t", dest="test_config", action="store_true",
+        help="test the configuration file and exit")
+    add("-P", "--pid", dest="pid_file", metavar="FILE", help="file to store the PID in")
+    add("-sl", "--signal", default="", metavar="SIGNAL[=PID]",
+        help="send a signal to a running server (ldm, stop, quit, term, reopen, reload); "
+             "PID is a process id or a PID file (default: the -P file)")
+    add("-v", "--version", action="store_true", help="show the version and exit")
+    add("--max_payload", type=positive_int,
+        help=f"maximum message payload in bytes (default {d.max_payload})")
+    add("--max_control_line", type=positive_int,
+        help=f"maximum control line in bytes (default {d.max_control_line})")
+    add("--max_connections", type=positive_int,
+        help=f"maximum client connections (default {d.max_connections})")
+    add("--max_pending", type=positive_int,
+        help=f"maximum bytes buffered for a client (default {d.max_pending})")
+    add("--ping_interval", type=float,
+        help=f"seconds between server pings (default {d.ping_interval:g})")
+    add("--ping_max", type=int, help=f"unanswered pings before closing (default {d.ping_max})")
+    add("--auth_timeout", type=float, help="seconds a client has to send CONNECT when auth is on")
+    add("--write_deadline", type=float,
+        help="seconds a client may block writes before it is a slow consumer")
+    add("--user", help="user required for connections")
+    add("--pass", dest="password", help="password required")
+    add("--auth", dest="token", help="token required")
+    logging = parser.add_argument_group("logging")
+    logging.add_argument("-l", "--log", "--log_file", dest="log_file", metavar="FILE",
+                         help="file to redirect log output to")
+    logging.add_argument("-T", "--logtime", nargs="?", const=True, type=flag_bool,
+                         metavar="BOOL", help="timestamp log entries (default true)")
+    logging.add_argument("-s", "--syslog", action="store_true",
+                         help="log to syslog (refused: not supported)")
+    logging.add_argument("-r", "--remote_syslog", metavar="ADDR",
+                         help="remote syslog address (refused: not supported)")
+    logging.add_argument("-D", "--debug", action="store_true", default=None,
+                         help="debug logging")
+    logging.add_argument("-V", "--trace", action="store_true", default=None,
+                         help="trace the raw protocol (-DV: debug and trace)")
+    logging.add_argument("-q", "--quiet", dest="no_log", action="store_true", default=None,
+                         help="log only errors")
+    cluster = parser.add_argument_group("cluster")
+    cluster.add_argument("--cluster", "--cluster_listen", dest="cluster", metavar="URL",
+                         help="listen for routes on URL, nats://[user:pass@]host:port")
+    cluster.add_argument("--routes", type=route_list, metavar="URLS",
+                         help="routes to solicit, comma separated: nats://host:port,...")
+    cluster.add_argument("--cluster_name", help="cluster name")
+    cluster.add_argument("--no_advertise", nargs="?", const=True, type=flag_bool,
+                         metavar="BOOL",
+                         help="do not advertise known cluster IPs to clients")
+    cluster.add_argument("--cluster_advertise", metavar="HOST:PORT",
+                         help="cluster URL to advertise to other servers")
+    refused = parser.add_argument_group("refused (not in tidings)")
+    refused.add_argument("-js", "--jetstream", action="store_true",
+                         help="JetStream (refused: tidings has NATS Streaming instead)")
+    refused.add_argument("-sd", "--store_dir", help="JetStream storage (refused)")
+    refused.add_argument("--tls", action="store_true", help="TLS (refused: not yet)")
+    for flag in ("--tlscert", "--tlskey", "--tlscacert"):
+        refused.add_argument(flag, help="TLS (refused: not yet)")
+    refused.add_argument("--tlsverify", action="store_true", help="TLS (refused: not yet)")
 
 
-def options_from_args(args: argparse.Namespace) -> ServerOptions:
-    """Options from parsed flags; a combination the reference refuses raises ValueError."""
+def flag_bool(text: str) -> bool:
+    """A Go flag boolean: true/false, 1/0, t/f (any case)."""
+    value = text.strip().lower()
+    if value in ("true", "t", "1", "yes", "on"):
+        return True
+    if value in ("false", "f", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean value {text!r}")
+
+
+# Flags the reference has and tidings does not (yet): refused with their reason.
+REFUSED_FLAGS = {
+    "syslog": "logging to syslog is not supported",
+    "remote_syslog": "logging to syslog is not supported",
+    "https_port": "HTTPS monitoring needs TLS, which tidings does not have yet",
+    "jetstream": "JetStream is not supported (tidings has NATS Streaming)",
+    "store_dir": "JetStream is not supported (tidings has NATS Streaming)",
+    "tls": "TLS is not supported yet",
+    "tlscert": "TLS is not supported yet",
+    "tlskey": "TLS is not supported yet",
+    "tlscacert": "TLS is not supported yet",
+    "tlsverify": "TLS is not supported yet",
+}
+
+
+def options_from_args(args: argparse.Namespace, base: ServerOptions | None = None) -> ServerOptions:
+    """Options from `base` (the defaults, or what a configuration file set) and the flags
+    given on the command line over it. A combination the reference refuses raises ValueError."""
+    for name, why in REFUSED_FLAGS.items():
+        if getattr(args, name, None):
+            raise ValueError(f"--{name}: {why}")
     fields = ServerOptions.__dataclass_fields__
-    options = ServerOptions(**{k: v for k, v in vars(args).items() if k in fields})
+    given = {k: v for k, v in vars(args).items() if k in fields and v is not None}
+    options = replace(base or ServerOptions(), **given)
+    check(options)
+    return options
+
+
+def check(options: ServerOptions) -> None:
+    """Raise ValueError for a combination of options the reference refuses."""
     if options.cluster:
         from ..cluster.cluster import RouteURL
 
@@ -133,4 +200,3 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
     if options.max_payload > options.max_pending:
         raise ValueError(f"max_payload ({options.max_payload}) cannot be higher than "
                          f"max_pending ({options.max_pending})")
-    return options

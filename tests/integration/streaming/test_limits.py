@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from tidings.config import parse as parse_config
 from tidings.streaming.server.options import (
     StreamingOptions,
     apply_config,
-    parse_config,
     parse_duration,
     parse_size,
 )

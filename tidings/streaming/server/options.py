@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ... import config
+from ...config import parse_duration
 from ...server.options import port_number
 from ..stores import ChannelLimits, StoreError, StoreLimits
 
@@ -77,36 +79,7 @@ class StreamingOptions:
 
 # --- durations and sizes ---------------------------------------------------------------
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h|d)")
-_DURATION_UNITS = {
-    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
-    "d": 86400.0,
-}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
-
-
-def parse_duration(value: str | float | int) -> float:
-    """Seconds from a Go-style duration ("1h30m", "500ms", "10s") or a number of seconds."""
-    if isinstance(value, int | float):
-        return float(value)
-    text = value.strip()
-    if not text:
-        raise ValueError("empty duration")
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    sign = -1.0 if text.startswith("-") else 1.0
-    text = text.lstrip("+-")
-    pos, total = 0, 0.0
-    for m in _DURATION_PART.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-        pos = m.end()
-    if pos != len(text):
-        raise ValueError(f"invalid duration {value!r}")
-    return sign * total
 
 
 def parse_size(value: str | int | float) -> int:
@@ -132,110 +105,6 @@ def _bool(value: str | bool) -> bool:
     if low in ("0", "false", "no", "off", "n", "f"):
         return False
     raise argparse.ArgumentTypeError(f"not a boolean: {value!r}")
-
-
-# --- the NATS configuration format (the subset streaming configs use) ------------------
-
-_TOKEN = re.compile(
-    r"""
-    (?P<ws>[ \t\r\n,;]+)
-  | (?P<comment>(?:\#|//)[^\n]*)
-  | (?P<str>"(?:[^"\\]|\\.)*"|'[^']*')
-  | (?P<punct>[{}\[\]:=])
-  | (?P<word>[^\s{}\[\]:=,;\#"']+)
-    """,
-    re.VERBOSE,
-)
-
-
-def _tokens(text: str) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None:
-            raise ValueError(f"config: unexpected character {text[pos]!r} at offset {pos}")
-        pos = m.end()
-        kind = m.lastgroup
-        if kind in ("ws", "comment"):
-            continue
-        val = m.group(0)
-        if kind == "str":
-            if val[0] == '"':
-                import json
-
-                val = json.loads(val)
-            else:
-                val = val[1:-1]
-        out.append((kind or "", val))
-    return out
-
-
-def _scalar(word: str) -> Any:
-    low = word.lower()
-    if low in ("true", "yes", "on"):
-        return True
-    if low in ("false", "no", "off"):
-        return False
-    try:
-        return int(word)
-    except ValueError:
-        pass
-    try:
-        return float(word)
-    except ValueError:
-        pass
-    m = _SIZE.match(word)
-    if m is not None and m.group(2):
-        return parse_size(word)
-    return word
-
-
-def parse_config(text: str) -> dict[str, Any]:
-    """Parse the NATS configuration format (maps, arrays, strings, numbers, sizes) or JSON."""
-    toks = _tokens(text)
-    pos = 0
-
-    def value() -> Any:
-        nonlocal pos
-        kind, tok = toks[pos]
-        pos += 1
-        if kind == "punct" and tok == "{":
-            return mapping("}")
-        if kind == "punct" and tok == "[":
-            items = []
-            while toks[pos] != ("punct", "]"):
-                items.append(value())
-            pos += 1
-            return items
-        if kind == "str":
-            return tok
-        if kind == "word":
-            return _scalar(tok)
-        raise ValueError(f"config: unexpected {tok!r}")
-
-    def mapping(end: str | None) -> dict[str, Any]:
-        nonlocal pos
-        out: dict[str, Any] = {}
-        while pos < len(toks):
-            kind, tok = toks[pos]
-            if end is not None and kind == "punct" and tok == end:
-                pos += 1
-                return out
-            if kind not in ("word", "str"):
-                raise ValueError(f"config: expected a key, found {tok!r}")
-            pos += 1
-            if pos < len(toks) and toks[pos] in (("punct", ":"), ("punct", "=")):
-                pos += 1
-            out[tok] = value()
-        if end is not None:
-            raise ValueError("config: missing closing brace")
-        return out
-
-    if toks and toks[0] == ("punct", "{"):
-        pos = 1
-        return mapping("}")
-    return mapping(None)
 
 
 def _channel_limits(d: dict[str, Any]) -> tuple[ChannelLimits, float | None]:
@@ -328,7 +197,7 @@ def apply_config(opts: StreamingOptions, conf: dict[str, Any]) -> StreamingOptio
 
 
 def load_config(path: str | Path, opts: StreamingOptions) -> StreamingOptions:
-    return apply_config(opts, parse_config(Path(path).read_text()))
+    return apply_config(opts, config.load(path))
 
 
 # --- command line ------------------------------------------------------------------------
@@ -387,9 +256,12 @@ def add_streaming_arguments(group: Any, standalone: bool = False) -> None:
         add("--http_host", default="0.0.0.0", help="HTTP host for monitoring")
 
 
-def options_from_args(args: argparse.Namespace) -> StreamingOptions:
-    """Streaming options from parsed flags: config file first, flags override it."""
-    o = StreamingOptions()
+def options_from_args(
+    args: argparse.Namespace, base: StreamingOptions | None = None
+) -> StreamingOptions:
+    """Streaming options from parsed flags: `base` (the defaults, or the `streaming {}` block
+    of the server's configuration file), then a -sc config file, then the flags over it."""
+    o = base or StreamingOptions()
     conf = getattr(args, "stan_config", "")
     if conf:
         o = load_config(conf, o)
