@@ -220,8 +220,28 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return OSError, ValueError, StoreError, ClientError
 
 
+def go_style(argv: list[str], known: set[str]) -> list[str]:
+    """nats-server parses its flags with Go's flag package, where `-name` and `--name` are
+    the same flag: spell each the way it is declared here (`-routes` is `--routes`, `--ms`
+    is `-ms`), leaving values and unknown words alone."""
+    out: list[str] = []
+    for arg in argv:
+        name, eq, value = arg.partition("=")
+        if name.startswith("--") and name not in known and name[1:] in known:
+            arg = name[1:] + eq + value
+        elif (name.startswith("-") and not name.startswith("--") and len(name) > 2
+              and name not in known and "-" + name in known):
+            arg = "-" + name + eq + value
+        out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "server":
+        server = parser._subparsers._group_actions[0].choices["server"]  # type: ignore[union-attr]
+        argv = ["server", *go_style(argv[1:], set(server._option_string_actions))]
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

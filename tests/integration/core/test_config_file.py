@@ -1,0 +1,191 @@
+"""`tidings server -c FILE` reads nats-server's configuration files: the same file started
+with tidings and with the reference means the same; `-t` checks a file as the reference does;
+flags override the file; and the other operator flags (-P, -l, -T, -v, --signal)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.servers import _wait_ready, free_port, nats_server_binary
+
+from .rawnats import CONNECT_PLAIN, RawConn
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def tidings(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tidings", "server", *args],
+                          capture_output=True, text=True, timeout=30)
+
+
+def reference(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([nats_server_binary(), *args], capture_output=True, text=True,
+                          timeout=30)
+
+
+def start(cmd: list[str], port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _wait_ready(port, proc)
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    proc.wait(10)
+
+
+def info_of(port: int) -> dict:
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        return json.loads(s.makefile("rb").readline()[5:])
+
+
+def test_the_same_file_means_the_same_to_both(tmp_path: Path) -> None:
+    ports = {"tidings": free_port(), "reference": free_port()}
+    for kind, port in ports.items():
+        conf = tmp_path / f"{kind}.conf"
+        conf.write_text(
+            "# as an operator writes it\n"
+            f"listen: 127.0.0.1:{port}\n"
+            'server_name: "conf-test"\n'
+            "max_payload: 512KB\n"
+            'ping_interval: "30s"\n'
+            "SECRET: s3cret\n"
+            "authorization {\n  user: alice\n  password: $SECRET\n  timeout: 2\n}\n"
+        )
+        cmd = ([sys.executable, "-m", "tidings", "server", "--no_streaming", "-c", str(conf)]
+               if kind == "tidings" else [nats_server_binary(), "-c", str(conf)])
+        proc = start(cmd, port)
+        try:
+            info = info_of(port)
+            assert (info["server_name"], info["max_payload"], info["auth_required"]) == (
+                "conf-test", 512 * 1024, True), kind
+            with RawConn(port) as ok:
+                ok.connect(b'CONNECT {"verbose":false,"pedantic":false,"user":"alice",'
+                           b'"pass":"s3cret"}\r\n')
+            with RawConn(port) as bad:
+                bad.send(b'CONNECT {"user":"alice","pass":"nope"}\r\n')
+                assert bad.read_to_eof() == b"-ERR 'Authorization Violation'\r\n", kind
+        finally:
+            stop(proc)
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("port: 4333\nfoo_bar: 1\n", ':2:1: unknown field "foo_bar"'),
+    ("authorization {\n  user: a\n  bogus: 1\n}\n", ':3:3: unknown field "bogus"'),
+    ("cluster { listen: 127.0.0.1:6222, foo: 1 }\n", ':1:34: unknown field "foo"'),
+])
+def test_unknown_fields_as_the_reference_reports_them(tmp_path: Path, text: str,
+                                                      error: str) -> None:
+    conf = tmp_path / "bad.conf"
+    conf.write_text(text)
+    ref = reference("-t", "-c", str(conf))
+    assert ref.returncode != 0 and f"{conf}{error}" in ref.stderr
+    ours = tidings("-t", "-c", str(conf))
+    assert ours.returncode == 1 and f"{conf}{error}" in ours.stderr
+    assert "Traceback" not in ours.stderr
+
+
+def test_keys_tidings_does_not_have_are_refused_by_name(tmp_path: Path) -> None:
+    conf = tmp_path / "js.conf"
+    conf.write_text("port: 4333\njetstream: enabled\n")
+    assert reference("-t", "-c", str(conf)).returncode == 0
+    ours = tidings("-t", "-c", str(conf))
+    assert ours.returncode == 1 and ':2:1: "jetstream": JetStream is not supported' in ours.stderr
+
+
+def test_a_valid_file_passes_the_check(tmp_path: Path) -> None:
+    conf = tmp_path / "ok.conf"
+    conf.write_text("port: 4333\nmax_payload: 1MB\ncluster { listen: 127.0.0.1:6222 }\n")
+    assert reference("-t", "-c", str(conf)).returncode == 0
+    ours = tidings("-t", "-c", str(conf))
+    assert ours.returncode == 0 and "is valid" in ours.stdout
+
+
+def test_flags_override_the_file(tmp_path: Path) -> None:
+    file_port, flag_port = free_port(), free_port()
+    conf = tmp_path / "f.conf"
+    conf.write_text(f"listen: 127.0.0.1:{file_port}\nserver_name: from-file\n")
+    proc = start([sys.executable, "-m", "tidings", "server", "--no_streaming", "-c",
+                  str(conf), "-p", str(flag_port), "-n", "from-flag"], flag_port)
+    try:
+        assert info_of(flag_port)["server_name"] == "from-flag"
+    finally:
+        stop(proc)
+
+
+def test_pid_file_log_file_and_signals(tmp_path: Path) -> None:
+    port = free_port()
+    pid_file, log_file = tmp_path / "t.pid", tmp_path / "t.log"
+    proc = start([sys.executable, "-m", "tidings", "server", "--no_streaming", "-a",
+                  "127.0.0.1", "-p", str(port), "-P", str(pid_file), "-l", str(log_file)],
+                 port)
+    try:
+        assert pid_file.read_text() == str(proc.pid)
+        with RawConn(port) as c:
+            c.connect(CONNECT_PLAIN)
+        lines = log_file.read_text().splitlines()
+        # The reference's shape: [pid] YYYY/MM/DD HH:MM:SS.micro [INF] text
+        assert lines and lines[0].startswith(f"[{proc.pid}] ")
+        stamp, tag = lines[0].split(" ")[1:3], lines[0].split(" ")[3]
+        assert time.strptime(stamp[0], "%Y/%m/%d") and len(stamp[1]) == 15 and tag == "[INF]"
+        # --signal through the PID file: quit (SIGINT) ends it cleanly, removing the file.
+        sent = tidings("--signal", "quit", "-P", str(pid_file))
+        assert sent.returncode == 0, sent.stderr
+        assert proc.wait(10) == 0
+        assert not pid_file.exists()
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_logtime_false_drops_the_time(tmp_path: Path) -> None:
+    port = free_port()
+    log_file = tmp_path / "t.log"
+    proc = start([sys.executable, "-m", "tidings", "server", "--no_streaming", "-a",
+                  "127.0.0.1", "-p", str(port), "-l", str(log_file), "-T=false"], port)
+    try:
+        first = log_file.read_text().splitlines()[0]
+        assert first.startswith(f"[{proc.pid}] [INF] "), first
+    finally:
+        stop(proc)
+
+
+def test_version_and_bad_signals() -> None:
+    out = tidings("--version")
+    assert out.returncode == 0 and out.stdout.startswith("tidings-server: v")
+    bad = tidings("--signal", "dance=1")
+    assert bad.returncode == 1 and "unknown signal 'dance'" in bad.stderr
+    nopid = tidings("--signal", "reload")
+    assert nopid.returncode == 1 and "no pid" in nopid.stderr
+
+
+@pytest.mark.parametrize(("flag", "why"), [
+    (["-s"], "syslog"), (["--ms", "8222"], "TLS"), (["-js"], "JetStream"), (["--tls"], "TLS"),
+])
+def test_reference_flags_tidings_lacks_are_refused(flag: list[str], why: str) -> None:
+    out = tidings(*flag, "--no_streaming", "-p", str(free_port()))
+    assert out.returncode == 1 and why in out.stderr.strip().splitlines()[-1]
+
+
+def test_dash_c_is_never_taken_for_another_flag(tmp_path: Path) -> None:
+    """argparse once expanded -c to -cid: now an unreadable file is an error about the file."""
+    out = tidings("-t", "-c", str(tmp_path / "missing.conf"))
+    assert out.returncode == 1 and "missing.conf" in out.stderr
+
+
+def test_go_style_flag_spellings() -> None:
+    """As with nats-server (Go's flag package), -name and --name are one flag."""
+    for args in (["-routes", "nats://127.0.0.1:1"], ["--routes=nats://127.0.0.1:1"]):
+        out = tidings(*args, "--no_streaming")
+        assert out.returncode == 1 and "solicited routes require cluster" in out.stderr
+    assert tidings("--v").stdout.startswith("tidings-server: v")
