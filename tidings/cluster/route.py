@@ -331,7 +331,7 @@ class RouteConnection(Connection):
             return
         if plain_frame is not None and not self.headers:
             frame, plain_frame = plain_frame, None
-        _, tail, big = frame
+        _, tail, big, size = frame
         op = b"RMSG $G " if plain_frame is None else b"HMSG $G "
         if queue_subs:
             names = b" ".join([sub.queue for sub in queue_subs])  # type: ignore[misc]
@@ -348,6 +348,7 @@ class RouteConnection(Connection):
             out.append(b"\r\n")
             self.out_vectored = True
         self.out_msgs += 1
+        self.out_payload += size
 
 
 def _interest_key(subject: bytes, queue: bytes | None) -> bytes:

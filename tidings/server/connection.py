@@ -36,7 +36,9 @@ FEED_SLICE = 16 * 1024
 # each receiver's frame.
 BIG_PAYLOAD = 32 * 1024
 
-Frame = tuple[bytes, bytes, bytes | None]
+# A message as MSG/HMSG without its sid: (head, tail, big payload or None, size); `size`
+# is the payload (with headers) length, counted in out_bytes as the reference counts it.
+Frame = tuple[bytes, bytes, bytes | None, int]
 
 # b"<n>\r\n" for common sizes: formatting costs more than the rest of a small frame.
 _SIZE_LINES = [b"%d\r\n" % n for n in range(4096)]
@@ -45,7 +47,7 @@ _SIZE_LINES = [b"%d\r\n" % n for n in range(4096)]
 def msg_frame(
     op: bytes, subject: bytes, reply: bytes | None, data: bytes, hdr_len: int = -1
 ) -> Frame:
-    """A MSG/HMSG frame without its sid: head + " <sid> " + tail (+ big + CRLF).
+    """A MSG/HMSG frame without its sid: head + " <sid> " + tail (+ big + CRLF), and its size.
 
     `data` is the payload, or headers + payload for HMSG (hdr_len >= 0)."""
     size = len(data)
@@ -58,8 +60,8 @@ def msg_frame(
     if reply:
         sizes = reply + b" " + sizes
     if size >= BIG_PAYLOAD:
-        return op + subject, sizes, data
-    return op + subject, sizes + data + b"\r\n", None
+        return op + subject, sizes, data, size
+    return op + subject, sizes + data + b"\r\n", None, size
 
 
 class Connection(asyncio.Protocol):
@@ -71,7 +73,7 @@ class Connection(asyncio.Protocol):
         "server", "cid", "transport", "parser", "subs", "out", "host", "port",
         "echo", "headers", "name", "connected", "closed", "auth_timer",
         "pings_out", "last_in", "ping_timer", "rtt_start", "stalled_since", "drain_mark",
-        "in_msgs", "in_bytes", "out_msgs", "out_bytes", "started",
+        "in_msgs", "in_bytes", "out_msgs", "out_bytes", "out_payload", "started",
         "congested", "stalled_by", "stalling", "stall_timer", "out_vectored",
         "backlog", "input_paused", "budget",
     )
@@ -101,7 +103,8 @@ class Connection(asyncio.Protocol):
         self.in_msgs = 0
         self.in_bytes = 0
         self.out_msgs = 0
-        self.out_bytes = 0
+        self.out_bytes = 0  # bytes written to the socket (the write-deadline sweep)
+        self.out_payload = 0  # payload bytes of the messages delivered (out_bytes in /connz)
         self.started = time.time()
         self.congested = False  # our socket buffer is over the stall mark
         self.out_vectored = False  # `out` holds big payloads: write it as separate buffers

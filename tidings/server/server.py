@@ -346,7 +346,7 @@ class Server:
             return False
         if plain_frame is not None and not client.headers:
             frame = plain_frame
-        head, tail, big = frame
+        head, tail, big, size = frame
         out = client.out
         if not out:
             self.dirty.append(client)
@@ -356,6 +356,7 @@ class Server:
             out.append(b"\r\n")
             client.out_vectored = True
         client.out_msgs += 1
+        client.out_payload += size
         sub.delivered += 1
         if sub.max and sub.delivered >= sub.max:
             client.remove_sub(sub)
