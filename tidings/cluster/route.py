@@ -132,6 +132,7 @@ class RouteConnection(Connection):
         return min(self.server.options.ping_interval, MAX_PING_INTERVAL)
 
     def gone(self) -> None:
+        self.server.retire(self)
         self.cluster.route_gone(self)
         if not self.done.done():
             self.done.set_result(None)

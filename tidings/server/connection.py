@@ -72,7 +72,7 @@ class Connection(asyncio.Protocol):
     __slots__ = (
         "server", "cid", "transport", "parser", "subs", "out", "host", "port",
         "echo", "headers", "name", "connected", "closed", "auth_timer",
-        "pings_out", "last_in", "ping_timer", "rtt_start", "stalled_since", "drain_mark",
+        "pings_out", "last_in", "ping_timer", "rtt_start", "rtt", "stalled_since", "drain_mark",
         "in_msgs", "in_bytes", "out_msgs", "out_bytes", "out_payload", "started",
         "congested", "stalled_by", "stalling", "stall_timer", "out_vectored",
         "backlog", "input_paused", "budget",
@@ -98,6 +98,7 @@ class Connection(asyncio.Protocol):
         self.last_in = 0.0
         self.ping_timer: asyncio.TimerHandle | None = None
         self.rtt_start = 0.0  # when we last sent a PING; 0 until the first one
+        self.rtt = 0.0  # seconds from our last PING to its PONG (/connz)
         self.stalled_since = 0.0
         self.drain_mark = 0
         self.in_msgs = 0
@@ -319,6 +320,8 @@ class Connection(asyncio.Protocol):
             self.close_with_error(AUTHENTICATION_TIMEOUT, "authentication timeout")
 
     def on_pong(self) -> None:
+        if self.pings_out and self.rtt_start:
+            self.rtt = time.monotonic() - self.rtt_start
         self.pings_out = 0
 
     def on_soft_error(self, err: str) -> None:

@@ -26,6 +26,7 @@ from .sublist import Sublist, Subscription
 
 if TYPE_CHECKING:
     from ..cluster.cluster import Cluster
+    from .monitor import Monitor
     from .tracing import MsgTrace
 
 log = logging.getLogger("tidings.server")
@@ -67,6 +68,12 @@ class Server:
         self.deliver = self._deliver  # bound once: route() runs per message
         self.cluster: Cluster | None = None  # routes to other servers, when clustered
         self.connect_urls: list[str] = []  # the cluster's client URLs, for clients' INFO
+        self.monitor: Monitor | None = None  # -m: the HTTP monitoring endpoints
+        self.monitor_routes: dict[str, Any] = {}  # more endpoints (embedded streaming's)
+        # Message counters of connections that have closed, kept for /varz.
+        self.gone = {"in_msgs": 0, "in_bytes": 0, "out_msgs": 0, "out_bytes": 0,
+                     "in_client_msgs": 0, "in_client_bytes": 0, "out_client_msgs": 0,
+                     "out_client_bytes": 0}
         self._listener: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.TimerHandle | None = None
         self._stopped = asyncio.Event()
@@ -99,6 +106,16 @@ class Server:
         if opts.write_deadline > 0:
             self._sweeper = self.loop.call_later(1.0, self._sweep_writes)
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
+        if opts.http_port:
+            from .monitor import Monitor
+
+            self.monitor = Monitor(self)
+            try:
+                await self.monitor.start(opts.host, opts.http_port)
+            except OSError:
+                self._listener.close()
+                raise
+            log.info("Starting http monitor on %s:%d", opts.host, opts.http_port)
         if opts.cluster:
             from ..cluster.cluster import Cluster
 
@@ -121,6 +138,8 @@ class Server:
             self._sweeper.cancel()
         if self.cluster is not None:
             await self.cluster.stop()
+        if self.monitor is not None:
+            await self.monitor.stop()
         self.flush()
         for client in list(self.clients.values()):
             client.closed = True
@@ -217,9 +236,45 @@ class Server:
         if cid is not None and cid in self.clients:
             self.internal.add(cid)
 
+    def retire(self, conn: Connection) -> None:
+        """Keep a closing connection's message counts in the server's totals."""
+        from .monitor import in_counts
+
+        in_msgs, in_bytes = in_counts(conn)
+        gone = self.gone
+        gone["in_msgs"] += in_msgs
+        gone["in_bytes"] += in_bytes
+        gone["out_msgs"] += conn.out_msgs
+        gone["out_bytes"] += conn.out_payload
+        if not conn.is_route:
+            gone["in_client_msgs"] += in_msgs
+            gone["in_client_bytes"] += in_bytes
+            gone["out_client_msgs"] += conn.out_msgs
+            gone["out_client_bytes"] += conn.out_payload
+
+    def message_totals(self) -> dict[str, int]:
+        """in_msgs, in_bytes, out_msgs, out_bytes (and their client-only parts), as /varz."""
+        from .monitor import in_counts
+
+        totals = dict(self.gone)
+        routes = self.cluster.routes.values() if self.cluster is not None else ()
+        for conn in [*self.clients.values(), *routes]:
+            in_msgs, in_bytes = in_counts(conn)
+            totals["in_msgs"] += in_msgs
+            totals["in_bytes"] += in_bytes
+            totals["out_msgs"] += conn.out_msgs
+            totals["out_bytes"] += conn.out_payload
+            if not conn.is_route:
+                totals["in_client_msgs"] += in_msgs
+                totals["in_client_bytes"] += in_bytes
+                totals["out_client_msgs"] += conn.out_msgs
+                totals["out_client_bytes"] += conn.out_payload
+        return totals
+
     def unregister(self, client: ClientConnection) -> None:
         if self.clients.pop(client.cid, None) is None:
             return
+        self.retire(client)
         self.internal.discard(client.cid)
         if self._all_gone is not None and not self.clients:
             self._all_gone.set()

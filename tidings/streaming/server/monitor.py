@@ -7,65 +7,18 @@ any aiohttp application; :func:`start_monitor` serves them on their own port.
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import os
 import platform
 import resource
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
+from ...monitoring import json_response, offset_limit, rfc3339, subs_option, uptime
 from .server import StreamingServer
 from .state import Client, Sub
-
-DEFAULT_LIST_LIMIT = 1024
-
-
-def _rfc3339(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).astimezone().isoformat()
-
-
-def _uptime(secs: float) -> str:
-    tsecs = int(secs)
-    tmins, thrs = tsecs // 60, tsecs // 3600
-    tdays = thrs // 24
-    tyrs = tdays // 365
-    if tyrs > 0:
-        return f"{tyrs}y{tdays % 365}d{thrs % 24}h{tmins % 60}m{tsecs % 60}s"
-    if tdays > 0:
-        return f"{tdays}d{thrs % 24}h{tmins % 60}m{tsecs % 60}s"
-    if thrs > 0:
-        return f"{thrs}h{tmins % 60}m{tsecs % 60}s"
-    if tmins > 0:
-        return f"{tmins}m{tsecs % 60}s"
-    return f"{tsecs}s"
-
-
-def _json(content: Any) -> web.Response:
-    return web.Response(text=json.dumps(content, indent=2), content_type="application/json")
-
-
-def _offset_limit(request: web.Request) -> tuple[int, int]:
-    def num(name: str) -> int:
-        try:
-            return int(request.query.get(name, "0"))
-        except ValueError:
-            return 0
-
-    offset = max(num("offset"), 0)
-    limit = num("limit")
-    if limit <= 0:
-        limit = DEFAULT_LIST_LIMIT
-    return offset, limit
-
-
-def _subs_option(request: web.Request) -> int:
-    try:
-        return int(request.query.get("subs", "0"))
-    except ValueError:
-        return 0
 
 
 def subscriptionz(sub: Sub) -> dict[str, Any]:
@@ -147,12 +100,22 @@ def _fds() -> tuple[int, int]:
     return n, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
 def add_routes(app: web.Application, s: StreamingServer) -> None:
     """Mount /streaming, /streaming/serverz, storez, clientsz, channelsz on ``app``."""
+    for path, handler in routes(s).items():
+        app.router.add_get(path, handler)
+
+
+def routes(s: StreamingServer) -> dict[str, Handler]:
+    """The streaming endpoints by path (the core server's monitor serves them when
+    streaming is embedded)."""
 
     def header() -> dict[str, Any]:
         return {"cluster_id": s.opts.cluster_id, "server_id": s.server_id,
-                "now": _rfc3339(time.time())}
+                "now": rfc3339(time.time())}
 
     async def rootz(request: web.Request) -> web.Response:
         links = "".join(
@@ -172,9 +135,9 @@ def add_routes(app: web.Application, s: StreamingServer) -> None:
             "version": s.version,
             "go": f"python {platform.python_version()}",
             "state": s.state,
-            "now": _rfc3339(now),
-            "start_time": _rfc3339(s.start_time),
-            "uptime": _uptime(now - s.start_time),
+            "now": rfc3339(now),
+            "start_time": rfc3339(s.start_time),
+            "uptime": uptime(now - s.start_time),
             "clients": len(s.clients),
             "subscriptions": s.num_subs(),
             "channels": len(s.channels),
@@ -188,31 +151,31 @@ def add_routes(app: web.Application, s: StreamingServer) -> None:
         if fds:
             out["open_fds"] = fds
             out["max_fds"] = max_fds
-        return _json(out)
+        return json_response(out)
 
     async def storez(request: web.Request) -> web.Response:
         msgs, nbytes = s.msgs_state()
         out = header()
         out.update(type=s.store.kind.upper(), limits=_limits(s), total_msgs=msgs,
                    total_bytes=nbytes)
-        return _json(out)
+        return json_response(out)
 
     async def clientsz(request: web.Request) -> web.Response:
-        subs = _subs_option(request)
+        subs = subs_option(request)
         one = request.query.get("client", "")
         if one:
             client = s.clients.get(one)
             if client is None:
                 raise web.HTTPNotFound(text=f"Client {one} not found\n")
-            return _json(_clientz(client, subs))
-        offset, limit = _offset_limit(request)
+            return json_response(_clientz(client, subs))
+        offset, limit = offset_limit(request)
         ids = sorted(s.clients)
         page = ids[min(offset, len(ids)):min(offset + limit, len(ids))]
         clients = [_clientz(s.clients[i], subs) for i in page if i in s.clients]
         out = header()
         out.update(offset=offset, limit=limit, count=len(clients), total=len(ids),
                    clients=clients)
-        return _json(out)
+        return json_response(out)
 
     def channelz(name: str, subs: int) -> dict[str, Any] | None:
         ch = s.channels.get(name)
@@ -233,14 +196,14 @@ def add_routes(app: web.Application, s: StreamingServer) -> None:
         return out
 
     async def channelsz(request: web.Request) -> web.Response:
-        subs = _subs_option(request)
+        subs = subs_option(request)
         one = request.query.get("channel", "")
         if one:
             cz = channelz(one, subs)
             if cz is None:
                 raise web.HTTPNotFound(text=f"Channel {one} not found\n")
-            return _json(cz)
-        offset, limit = _offset_limit(request)
+            return json_response(cz)
+        offset, limit = offset_limit(request)
         names = sorted(s.channels)
         page = names[min(offset, len(names)):min(offset + limit, len(names))]
         out = header()
@@ -250,13 +213,15 @@ def add_routes(app: web.Application, s: StreamingServer) -> None:
             out.update(count=len(chans), channels=chans)
         else:
             out.update(count=len(page), names=page)
-        return _json(out)
+        return json_response(out)
 
-    app.router.add_get("/streaming", rootz)
-    app.router.add_get("/streaming/serverz", serverz)
-    app.router.add_get("/streaming/storez", storez)
-    app.router.add_get("/streaming/clientsz", clientsz)
-    app.router.add_get("/streaming/channelsz", channelsz)
+    return {
+        "/streaming": rootz,
+        "/streaming/serverz": serverz,
+        "/streaming/storez": storez,
+        "/streaming/clientsz": clientsz,
+        "/streaming/channelsz": channelsz,
+    }
 
 
 async def start_monitor(s: StreamingServer, host: str, port: int) -> web.AppRunner:

@@ -103,9 +103,10 @@ async def start_embedded(core: Any, opts: StreamingOptions) -> RunningStreaming:
         connect_opts["password"] = copts.password
     elif copts.token:
         connect_opts["token"] = copts.token
-    if opts.http_port == 0 and getattr(copts, "http_port", 0):
-        opts.http_port = copts.http_port
-        opts.http_host = copts.host
+    # With the core's monitor on, it serves the streaming endpoints too, on its port.
+    serve_on_core = core.monitor is not None and opts.http_port in (0, copts.http_port)
+    if serve_on_core:
+        opts.http_port = 0
     # Our own connection does not take one of the clients' max_connections slots.
     core.expect_internal()
     try:
@@ -115,6 +116,10 @@ async def start_embedded(core: Any, opts: StreamingOptions) -> RunningStreaming:
         core.mark_internal(None)
         raise
     core.mark_internal(running.server.conn.nc.client_id)
+    if serve_on_core:
+        from .monitor import routes
+
+        core.monitor_routes.update(routes(running.server))
     loop = asyncio.get_running_loop()
     stopping = False
 
