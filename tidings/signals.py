@@ -1,5 +1,6 @@
 """Signals the reference servers trap for features tidings does not have yet (configuration
-reload, log file re-open, lame duck mode): logged, and the server keeps running."""
+reload, log file re-open): logged, and the server keeps running. (SIGUSR2, lame duck mode,
+is the server's own: Server.enter_lame_duck.)"""
 
 from __future__ import annotations
 
@@ -10,14 +11,11 @@ import signal
 
 log = logging.getLogger("tidings")
 
-# nats-server: SIGHUP reloads the configuration, SIGUSR1 re-opens the log file, SIGUSR2
-# enters lame duck mode. tidings logs to stderr only, as the reference does without a file.
+# nats-server: SIGHUP reloads the configuration, SIGUSR1 re-opens the log file.
 SERVER_SIGNALS = {
     signal.SIGHUP: (logging.ERROR, "Failed to reload server configuration: "
                                    "configuration reload is not supported yet"),
     signal.SIGUSR1: (logging.INFO, "File log re-open ignored, not a file logger"),
-    signal.SIGUSR2: (logging.ERROR, "Lame duck mode is not supported yet; the server keeps "
-                                    "running (SIGTERM or SIGINT stops it)"),
 }
 # nats-streaming-server on its own (no embedded NATS server) traps only SIGHUP and SIGUSR1.
 STANDALONE_STREAMING_SIGNALS = {

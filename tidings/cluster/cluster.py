@@ -316,7 +316,18 @@ class Cluster:
             other.queue(line)
         self._flush_soon()
 
+    def announce_lame_duck(self) -> None:
+        """Tell the routes we are leaving: they drop our client URLs and tell their clients."""
+        line = self.info_line()
+        line = line[: line.rindex(b"}")] + b',"ldm":true} \r\n'
+        for route in self.routes.values():
+            route.queue(line)
+
     def remote_changed(self, route: RouteConnection, info: dict[str, Any]) -> None:
+        if info.get("ldm"):
+            if self.client_urls.pop(route.remote_id, None) is not None:
+                self.server.client_urls_changed()
+            return
         urls = info.get("connect_urls")
         if isinstance(urls, list) and not self.server.options.no_advertise:
             fresh = [u for u in urls if isinstance(u, str)]

@@ -28,6 +28,8 @@ class ServerOptions:
     no_log: bool = False
     debug: bool = False
     trace: bool = False
+    lame_duck_duration: float = 120.0  # lame duck mode: clients closed over this long
+    lame_duck_grace_period: float = 10.0  # ... after waiting this long first
     logtime: bool = True
     log_file: str = ""
     pid_file: str = ""
@@ -197,6 +199,9 @@ def check(options: ServerOptions) -> None:
         RouteURL(options.cluster)  # ValueError with the reason when unusable
     elif options.routes:
         raise ValueError("solicited routes require cluster capabilities, e.g. --cluster")
+    if options.lame_duck_duration < 30:
+        raise ValueError(f"invalid lame_duck_duration of {options.lame_duck_duration:g}s, "
+                         "minimum is 30 seconds")
     if options.max_payload > options.max_pending:
         raise ValueError(f"max_payload ({options.max_payload}) cannot be higher than "
                          f"max_pending ({options.max_pending})")

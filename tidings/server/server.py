@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -68,6 +69,7 @@ class Server:
         self.deliver = self._deliver  # bound once: route() runs per message
         self.cluster: Cluster | None = None  # routes to other servers, when clustered
         self.connect_urls: list[str] = []  # the cluster's client URLs, for clients' INFO
+        self.lame_duck = False
         self.monitor: Monitor | None = None  # -m: the HTTP monitoring endpoints
         self.monitor_routes: dict[str, Any] = {}  # more endpoints (embedded streaming's)
         # Message counters of connections that have closed, kept for /varz.
@@ -163,6 +165,45 @@ class Server:
 
     def request_stop(self) -> None:
         asyncio.ensure_future(self.shutdown())
+
+    def enter_lame_duck(self) -> None:
+        """SIGUSR2 (--signal ldm): stop accepting clients, tell clients and routes (INFO
+        with "ldm": true, so that they go elsewhere), wait the grace period, close the
+        clients a few at a time over the rest of lame_duck_duration, then stop."""
+        if not self.lame_duck:
+            self.lame_duck = True
+            asyncio.ensure_future(self._lame_duck())
+
+    async def _lame_duck(self) -> None:
+        opts = self.options
+        log.info("Entering lame duck mode, stop accepting new clients")
+        if self._listener is not None:
+            self._listener.close()
+        self._info["ldm"] = True
+        for client in self.clients.values():
+            if client.protocol >= 1 and client.first_pong_sent and not client.closed:
+                client.queue(self.info_for(client))
+        if self.cluster is not None:
+            self.cluster.announce_lame_duck()
+        self.flush()
+        clients = [c for cid, c in self.clients.items() if cid not in self.internal]
+        if clients:
+            grace = abs(opts.lame_duck_grace_period)
+            await asyncio.sleep(grace)
+            log.info("Closing existing clients")
+            # As the reference: the rest of the duration shared out, at most a second
+            # between two closings, several at a time when there are very many.
+            span = opts.lame_duck_duration - grace
+            if span <= 0:
+                span = 1.0
+            interval, batch = min(span / len(clients), 1.0), 1
+            if interval < 0.001:
+                interval, batch = 0.001, -(-len(clients) // int(span / 0.001))
+            for i, client in enumerate(clients):
+                client.close_with_error(None, "lame duck mode")
+                if i < len(clients) - 1 and (i + 1) % batch == 0:
+                    await asyncio.sleep(interval)
+        await self.shutdown()
 
     # -- clients -------------------------------------------------------------
     def next_cid(self) -> int:
@@ -506,6 +547,8 @@ async def run(options: ServerOptions, extra_start: Any = None) -> None:
             what, host, port = "router", server.cluster.listen.host, server.cluster.listen.port
         reason = os.strerror(exc.errno) if (exc.errno or 0) > 0 else exc.strerror or str(exc)
         raise OSError(f"error listening on {what}: {host}:{port}, {reason}") from exc
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGUSR2, server.enter_lame_duck)
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, server.request_stop)

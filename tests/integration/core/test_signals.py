@@ -1,5 +1,5 @@
-"""SIGHUP, SIGUSR1 and SIGUSR2 (configuration reload, log re-open, lame duck mode in
-nats-server) are logged and the server keeps serving until reload and lame duck exist."""
+"""SIGHUP and SIGUSR1 (configuration reload, log re-open in nats-server) are logged and the
+server keeps serving until they exist; SIGUSR2 puts it in lame duck mode, as nats-server."""
 
 from __future__ import annotations
 
@@ -51,14 +51,12 @@ def running(*args: str) -> Iterator[subprocess.Popen[str]]:
 
 
 @pytest.mark.parametrize("streaming", [[], ["--no_streaming"]])
-def test_server_survives_hup_usr1_usr2(streaming: list[str]) -> None:
+def test_server_survives_hup_usr1(streaming: list[str]) -> None:
     port = free_port()
     with running("server", "-a", "127.0.0.1", "-p", str(port), *streaming) as proc:
         read_until(proc, "Streaming server ready" if not streaming else "Server is ready")
         for sig, name, note in ((signal.SIGHUP, "hangup", "reload is not supported"),
-                                (signal.SIGUSR1, "user defined signal 1", "re-open ignored"),
-                                (signal.SIGUSR2, "user defined signal 2", "Lame duck mode is "
-                                                                          "not supported")):
+                                (signal.SIGUSR1, "user defined signal 1", "re-open ignored")):
             proc.send_signal(sig)
             read_until(proc, f'Trapped "{name}" signal')
             read_until(proc, note)
@@ -72,3 +70,40 @@ def test_standalone_streaming_survives_hup_and_usr1(reference_server) -> None:
         read_until(proc, "Reload supported only for embedded NATS Server")
         proc.send_signal(signal.SIGUSR1)
         read_until(proc, "re-open ignored")
+
+
+@pytest.mark.parametrize("kind", ["tidings", "reference"])
+def test_lame_duck_mode(kind: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """SIGUSR2: no new clients, an INFO with "ldm": true to the protocol-1 clients, then
+    after the grace period the clients are closed (a second apart at most, as the reference)
+    and the server exits cleanly."""
+    from tests.integration.core.rawnats import CONNECT_QUIET, RawConn
+    from tests.servers import _wait_ready, nats_server_binary
+
+    port = free_port()
+    conf = tmp_path / "ldm.conf"
+    conf.write_text(f'listen: 127.0.0.1:{port}\nlame_duck_grace_period: "300ms"\n'
+                    'lame_duck_duration: "30s"\n')
+    cmd = ([sys.executable, "-m", "tidings", "server", "--no_streaming", "-c", str(conf)]
+           if kind == "tidings" else [nats_server_binary(), "-c", str(conf)])
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_ready(port, proc)
+        clients = [RawConn(port) for _ in range(3)]
+        for c in clients:
+            c.send(CONNECT_QUIET + b"PING\r\n")
+            assert c.read_line() == b"PONG\r\n"
+            assert c.read_line().startswith(b"INFO ")
+        proc.send_signal(signal.SIGUSR2)
+        for c in clients:
+            line = c.read_line(timeout=10)
+            assert line.startswith(b"INFO ") and b'"ldm":true' in line, line
+        for c in clients:
+            c.read_to_eof(timeout=10)  # closed once the grace period is over
+        assert proc.wait(10) == 0
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
