@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from .server.options import add_server_arguments, options_from_args
+from .server.options import ServerOptions, add_server_arguments, options_from_args
 
 # In a cluster, how long embedded streaming waits for the seed routes before it looks for
 # another streaming server with its cluster id.
@@ -80,9 +80,18 @@ def _cmd_server(args: argparse.Namespace) -> int:
                 logging.getLogger("tidings.streaming").warning(
                     "%s in the cluster: this server runs without streaming", exc)
 
+    reload_options = None
+    if args.config:
+        def reload_options() -> ServerOptions:
+            from .server.config import load_server_config
+
+            new = options_from_args(args, load_server_config(args.config)[0])
+            _setup_logging(new.no_log, new.debug, new.trace, new.logtime, new.log_file)
+            return new
+
     async def main() -> None:
         try:
-            await run(options, extra_start=extra_start)
+            await run(options, extra_start=extra_start, reload_options=reload_options)
         finally:
             for r in running:
                 await r.stop()

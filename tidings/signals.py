@@ -1,6 +1,6 @@
-"""Signals the reference servers trap for features tidings does not have yet (configuration
-reload, log file re-open): logged, and the server keeps running. (SIGUSR2, lame duck mode,
-is the server's own: Server.enter_lame_duck.)"""
+"""Signals the reference servers trap where there is nothing to do (a reload without a
+configuration file, a log re-open): logged, and the server keeps running. (Reload with a
+file and SIGUSR2, lame duck mode, are the server's own: Server.reload_with, enter_lame_duck.)"""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ log = logging.getLogger("tidings")
 
 # nats-server: SIGHUP reloads the configuration, SIGUSR1 re-opens the log file.
 SERVER_SIGNALS = {
-    signal.SIGHUP: (logging.ERROR, "Failed to reload server configuration: "
-                                   "configuration reload is not supported yet"),
+    signal.SIGHUP: (logging.ERROR, "Failed to reload server configuration: can only reload "
+                                   "config when a file is provided using -c or --config"),
     signal.SIGUSR1: (logging.INFO, "File log re-open ignored, not a file logger"),
 }
 # nats-streaming-server on its own (no embedded NATS server) traps only SIGHUP and SIGUSR1.

@@ -100,7 +100,7 @@ class ClientConnection(Connection):
     """The server side of one client's TCP connection."""
 
     __slots__ = (
-        "verbose", "pedantic", "no_responders", "protocol", "lang", "version",
+        "verbose", "pedantic", "no_responders", "protocol", "lang", "version", "credentials",
         "first_pong_sent",
     )
 
@@ -120,6 +120,7 @@ class ClientConnection(Connection):
         self.lang = ""
         self.version = ""
         self.first_pong_sent = False
+        self.credentials: dict[str, Any] = {}  # CONNECT's user/pass/auth_token (for reload)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.accepted(transport)
@@ -150,6 +151,7 @@ class ClientConnection(Connection):
             self.auth_timer = None
         if server.options.auth_required and not server.authenticate(opts):
             raise ProtocolError(AUTHORIZATION_VIOLATION, "authorization violation")
+        self.credentials = {k: opts[k] for k in ("user", "pass", "auth_token") if k in opts}
         if opts.get("account") or opts.get("new_account"):
             # The reference no longer lets a client pick or create an account this way.
             raise ProtocolError(AUTHORIZATION_VIOLATION, "account in CONNECT")

@@ -91,20 +91,7 @@ class Server:
             lambda: ClientConnection(self), opts.host, opts.port, reuse_address=True, backlog=4096
         )
         self.port = self._listener.sockets[0].getsockname()[1]
-        self._info = {
-            "server_id": self.server_id,
-            "server_name": self.name,
-            "version": NATS_VERSION,
-            "proto": 1,
-            "go": f"tidings {__version__} python {platform.python_version()}",
-            "host": opts.host,
-            "port": self.port,
-            "headers": True,
-        }
-        # Keys in the reference's order: auth_required comes before max_payload.
-        if opts.auth_required:
-            self._info["auth_required"] = True
-        self._info["max_payload"] = opts.max_payload
+        self.build_info()
         if opts.write_deadline > 0:
             self._sweeper = self.loop.call_later(1.0, self._sweep_writes)
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
@@ -128,6 +115,27 @@ class Server:
                 self._listener.close()
                 raise
         log.info("Server is ready")
+
+    def build_info(self) -> None:
+        """The INFO fields every client gets, from the options (again after a reload)."""
+        opts = self.options
+        info: dict[str, Any] = {
+            "server_id": self.server_id,
+            "server_name": self.name,
+            "version": NATS_VERSION,
+            "proto": 1,
+            "go": f"tidings {__version__} python {platform.python_version()}",
+            "host": opts.host,
+            "port": self.port,
+            "headers": True,
+        }
+        # Keys in the reference's order: auth_required comes before max_payload.
+        if opts.auth_required:
+            info["auth_required"] = True
+        info["max_payload"] = opts.max_payload
+        if self.lame_duck:
+            info["ldm"] = True
+        self._info = info
 
     async def shutdown(self, drain_timeout: float | None = None) -> None:
         """Stop accepting, flush what every client has pending, close every connection.
@@ -166,6 +174,19 @@ class Server:
     def request_stop(self) -> None:
         asyncio.ensure_future(self.shutdown())
 
+    def reload_with(self, read_options: Callable[[], ServerOptions]) -> None:
+        """SIGHUP: read the configuration again and apply it (see reload.py)."""
+        from .reload import reload
+
+        log.info('Trapped "hangup" signal')
+        try:
+            reload(self, read_options())
+        except (OSError, ValueError) as exc:
+            log.error("Failed to reload server configuration: %s", exc)
+            return
+        self.flush()
+        log.info("Reloaded server configuration")
+
     def enter_lame_duck(self) -> None:
         """SIGUSR2 (--signal ldm): stop accepting clients, tell clients and routes (INFO
         with "ldm": true, so that they go elsewhere), wait the grace period, close the
@@ -179,7 +200,7 @@ class Server:
         log.info("Entering lame duck mode, stop accepting new clients")
         if self._listener is not None:
             self._listener.close()
-        self._info["ldm"] = True
+        self.build_info()
         for client in self.clients.values():
             if client.protocol >= 1 and client.first_pong_sent and not client.closed:
                 client.queue(self.info_for(client))
@@ -530,7 +551,11 @@ def install_uvloop() -> bool:
     return True
 
 
-async def run(options: ServerOptions, extra_start: Any = None) -> None:
+async def run(
+    options: ServerOptions,
+    extra_start: Any = None,
+    reload_options: Callable[[], ServerOptions] | None = None,
+) -> None:
     """Run a server until SIGINT or SIGTERM, then shut down cleanly.
 
     A failure to listen is an OSError naming the address; one in ``extra_start`` (the
@@ -549,6 +574,8 @@ async def run(options: ServerOptions, extra_start: Any = None) -> None:
         raise OSError(f"error listening on {what}: {host}:{port}, {reason}") from exc
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGUSR2, server.enter_lame_duck)
+        if reload_options is not None:
+            loop.add_signal_handler(signal.SIGHUP, server.reload_with, reload_options)
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, server.request_stop)

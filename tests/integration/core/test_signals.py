@@ -55,7 +55,7 @@ def test_server_survives_hup_usr1(streaming: list[str]) -> None:
     port = free_port()
     with running("server", "-a", "127.0.0.1", "-p", str(port), *streaming) as proc:
         read_until(proc, "Streaming server ready" if not streaming else "Server is ready")
-        for sig, name, note in ((signal.SIGHUP, "hangup", "reload is not supported"),
+        for sig, name, note in ((signal.SIGHUP, "hangup", "can only reload config when a file"),
                                 (signal.SIGUSR1, "user defined signal 1", "re-open ignored")):
             proc.send_signal(sig)
             read_until(proc, f'Trapped "{name}" signal')
@@ -107,3 +107,37 @@ def test_lame_duck_mode(kind: str, tmp_path) -> None:  # type: ignore[no-untyped
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_reload_applies_the_file_and_refuses_what_cannot_change(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """SIGHUP re-reads -c FILE: a new password takes effect at once (a client that logged
+    in with the old one is closed), max_payload changes, a new port is refused as the
+    reference refuses it, and connections stay up."""
+    from tests.integration.core.rawnats import RawConn
+
+    port = free_port()
+    conf = tmp_path / "r.conf"
+
+    def write(password: str, payload: str, listen_port: int) -> None:
+        conf.write_text(f"listen: 127.0.0.1:{listen_port}\nmax_payload: {payload}\n"
+                        f"authorization {{ user: u, password: {password} }}\n")
+
+    write("one", "1MB", port)
+    login = b'CONNECT {"verbose":false,"pedantic":false,"user":"u","pass":"%s"}\r\n'
+    with running("server", "--no_streaming", "-c", str(conf)) as proc:
+        read_until(proc, "Server is ready")
+        old = RawConn(port)
+        old.connect(login % b"one")
+        write("two", "1KB", port + 1 if port < 65535 else port - 1)
+        proc.send_signal(signal.SIGHUP)
+        read_until(proc, "config reload not supported for Port")
+        assert old.barrier() == b""  # nothing applied, still connected
+        write("two", "1KB", port)
+        proc.send_signal(signal.SIGHUP)
+        read_until(proc, "Reloaded server configuration")
+        assert old.read_to_eof() == b"-ERR 'Authorization Violation'\r\n"
+        new = RawConn(port)
+        assert new.info["max_payload"] == 1024
+        new.connect(login % b"two")
+        new.send(b"PUB big 2000\r\n")
+        assert new.read_to_eof() == b"-ERR 'Maximum Payload Violation'\r\n"
