@@ -129,6 +129,8 @@ class ClientConnection(Connection):
         transport.write(server.info_for(self))  # type: ignore[attr-defined]
         if not server.register(self):
             return
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s - Client connection created", self.describe())
         loop = server.loop
         self.ping_timer = loop.call_later(opts.ping_interval, self._ping_tick)
         if opts.auth_required:
@@ -136,7 +138,13 @@ class ClientConnection(Connection):
             self.auth_timer = loop.call_later(opts.auth_timeout, self._auth_expired)
 
     def gone(self) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s - Client connection closed", self.describe())
         self.server.unregister(self)
+
+    def describe(self) -> str:
+        """As the reference names a client in its log: "ip:port - cid:N"."""
+        return f"{self.host}:{self.port} - cid:{self.cid}"
 
     # -- ClientOpHandler -----------------------------------------------------
     def on_connect(self, arg: bytes) -> None:
@@ -150,6 +158,9 @@ class ClientConnection(Connection):
             self.auth_timer.cancel()
             self.auth_timer = None
         if server.options.auth_required and not server.authenticate(opts):
+            # As the reference: the attempt is logged, never the secret.
+            who = f' - User "{opts["user"]}"' if isinstance(opts.get("user"), str) else ""
+            log.error("%s - authentication error%s", self.describe(), who)
             raise ProtocolError(AUTHORIZATION_VIOLATION, "authorization violation")
         self.credentials = {k: opts[k] for k in ("user", "pass", "auth_token") if k in opts}
         if opts.get("account") or opts.get("new_account"):

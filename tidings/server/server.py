@@ -84,11 +84,21 @@ class Server:
 
     # -- lifecycle -----------------------------------------------------------
     async def start(self) -> None:
+        log.info("Starting tidings server")
+        log.info("  Version:  %s (tidings %s)", NATS_VERSION, __version__)
+        log.debug("  Python:   %s", platform.python_version())
+        log.info("  Name:     %s", self.name)
+        log.info("  ID:       %s", self.server_id)
         self.loop = asyncio.get_running_loop()
         self.turns = LoopTurns(self.loop)
         opts = self.options
+        kind: type[ClientConnection] = ClientConnection
+        if opts.trace:
+            from .trace_log import TracedClientConnection
+
+            kind = TracedClientConnection
         self._listener = await self.loop.create_server(
-            lambda: ClientConnection(self), opts.host, opts.port, reuse_address=True, backlog=4096
+            lambda: kind(self), opts.host, opts.port, reuse_address=True, backlog=4096
         )
         self.port = self._listener.sockets[0].getsockname()[1]
         self.build_info()
@@ -142,6 +152,7 @@ class Server:
 
         Waits until the sockets have taken the pending bytes (at most `drain_timeout`,
         default the write deadline, else 10 s); what is still stuck then is dropped."""
+        log.info("Initiating Shutdown...")
         if self._listener is not None:
             self._listener.close()
         if self._sweeper is not None:
@@ -588,4 +599,4 @@ async def run(
         await server.shutdown()
         raise
     await server.serve_forever()
-    log.info("Server exiting")
+    log.info("Server Exiting..")

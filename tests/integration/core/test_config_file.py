@@ -189,3 +189,31 @@ def test_go_style_flag_spellings() -> None:
         out = tidings(*args, "--no_streaming")
         assert out.returncode == 1 and "solicited routes require cluster" in out.stderr
     assert tidings("--v").stdout.startswith("tidings-server: v")
+
+
+def test_debug_and_trace_lines(tmp_path: Path) -> None:
+    """-DV: the reference's connection lines and protocol trace; a failed login is logged
+    with its user, never its password."""
+    port = free_port()
+    log_file = tmp_path / "dv.log"
+    proc = start([sys.executable, "-m", "tidings", "server", "--no_streaming", "-a",
+                  "127.0.0.1", "-p", str(port), "-DV", "-l", str(log_file), "--user", "u",
+                  "--pass", "topsecret"], port)
+    try:
+        with RawConn(port) as c:
+            c.connect(b'CONNECT {"verbose":false,"pedantic":false,"user":"u",'
+                      b'"pass":"topsecret"}\r\n')
+            c.send(b"SUB foo 1\r\nPUB foo 2\r\nhi\r\n")
+            c.barrier()
+        with RawConn(port) as bad:
+            bad.send(b'CONNECT {"user":"u","pass":"wrong-guess"}\r\n')
+            bad.read_to_eof()
+    finally:
+        stop(proc)
+    text = log_file.read_text()
+    for line in ("[DBG] 127.0.0.1:", "Client connection created", "[TRC] 127.0.0.1:",
+                 "<<- [SUB foo 1]", "<<- [PUB foo 2]", '<<- MSG_PAYLOAD: ["hi"]',
+                 "->> [PONG]", 'authentication error - User "u"', "Client connection closed"):
+        assert line in text, line
+    assert "wrong-guess" not in text
+    assert "Server Exiting.." in text
