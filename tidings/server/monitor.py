@@ -1,5 +1,5 @@
 """nats-server's monitoring endpoints on `-m PORT`: /varz, /connz, /subsz, /routez, /healthz,
-/accountz and a page at / linking them, with the reference's field names and types (what
+/accountz, /metrics (Prometheus) and a page at / linking them, with the reference's field names and types (what
 dashboards and the Prometheus NATS exporter read). When streaming is embedded, its
 /streaming/* endpoints are served here too (`Server.monitor_routes`).
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .server import Server
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
-ENDPOINTS = ("varz", "connz", "routez", "subsz", "accountz", "healthz")
+ENDPOINTS = ("varz", "connz", "routez", "subsz", "accountz", "healthz", "metrics")
 _NS = 1_000_000_000
 
 
@@ -224,6 +224,29 @@ class Monitor:
                              "sid": sub.sid.decode(errors="replace"), "msgs": sub.delivered,
                              "cid": c.cid} for c, sub in page]})
         return json_response(body)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """/varz's numbers in Prometheus' text format, named as the NATS exporter names
+        them (gnatsd_varz_*)."""
+        s = self.server
+        values: dict[str, tuple[str, float]] = {
+            "connections": ("gauge", sum(1 for cid in s.clients if cid not in s.internal)),
+            "total_connections": ("counter", s.total_connections),
+            "subscriptions": ("gauge", s.sublist.count),
+            "slow_consumers": ("counter", s.slow_consumers),
+            "routes": ("gauge", len(s.cluster.routes) if s.cluster is not None else 0),
+            "mem": ("gauge", _rss()),
+            "max_payload": ("gauge", s.options.max_payload),
+            "uptime_seconds": ("counter", round(time.time() - s.started, 3)),
+        }
+        for key, value in s.message_totals().items():
+            values[key] = ("counter", value)
+        lines = []
+        for key, (kind, value) in values.items():
+            name = f"gnatsd_varz_{key}"
+            lines.append(f"# TYPE {name} {kind}")
+            lines.append(f'{name}{{server_id="{s.server_id}"}} {value}')
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def accountz(self, request: web.Request) -> web.Response:
         s = self.server

@@ -148,3 +148,15 @@ def test_routez_lists_the_routes() -> None:
         for p in (a, b):
             p.terminate()
             p.wait(10)
+
+
+def test_metrics_in_prometheus_format(servers: dict[str, Monitored]) -> None:
+    t = servers["tidings"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{t.http}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    samples = {line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+               for line in text.splitlines() if line and not line.startswith("#")}
+    varz = t.get("/varz")
+    assert samples["gnatsd_varz_in_client_msgs"] == varz["in_client_msgs"] == 3
+    assert samples["gnatsd_varz_connections"] == 1
+    assert "# TYPE gnatsd_varz_in_msgs counter" in text
