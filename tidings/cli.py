@@ -19,10 +19,11 @@ STREAMING_SEED_WAIT = 2.0
 
 
 def _setup_logging(quiet: bool, debug: bool, trace: bool = False, logtime: bool = True,
-                   log_file: str = "") -> None:
+                   log_file: str = "", size_limit: int = 0) -> None:
     from .logs import setup
 
-    setup(quiet=quiet, debug=debug, trace=trace, logtime=logtime, log_file=log_file)
+    setup(quiet=quiet, debug=debug, trace=trace, logtime=logtime, log_file=log_file,
+          size_limit=size_limit)
 
 
 def _cmd_server(args: argparse.Namespace) -> int:
@@ -50,7 +51,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
         print(f"tidings-server: configuration file {args.config} is valid")
         return 0
     _setup_logging(options.no_log, options.debug, options.trace, options.logtime,
-                   options.log_file)
+                   options.log_file, options.log_size_limit)
     install_uvloop()
     extra_start = None
     running: list = []
@@ -86,7 +87,8 @@ def _cmd_server(args: argparse.Namespace) -> int:
             from .server.config import load_server_config
 
             new = options_from_args(args, load_server_config(args.config)[0])
-            _setup_logging(new.no_log, new.debug, new.trace, new.logtime, new.log_file)
+            _setup_logging(new.no_log, new.debug, new.trace, new.logtime, new.log_file,
+                           new.log_size_limit)
             return new
 
     async def main() -> None:

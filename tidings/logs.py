@@ -1,8 +1,8 @@
 """Logging in nats-server's shape: `[pid] 2026/11/23 18:23:00.556619 [INF] message`.
 
 Levels as its tags: [TRC] (protocol trace, -V), [DBG] (-D), [INF], [WRN], [ERR], [FTL]. `-T
-false` drops the time; `-l FILE` writes to a file instead of stderr; colours are used only on
-a terminal, as the reference does.
+false` drops the time; `-l FILE` writes to a file instead of stderr, started anew past
+`--log_size_limit` bytes; colours are used only on a terminal, as the reference does.
 """
 
 from __future__ import annotations
@@ -47,24 +47,45 @@ class ReferenceFormatter(logging.Formatter):
         return text
 
 
+class SizeLimitedFile(logging.StreamHandler):  # type: ignore[type-arg]
+    """A log file that, past `limit` bytes, is renamed FILE.<date-time> and started anew,
+    as the reference's logfile_size_limit does."""
+
+    def __init__(self, path: str, limit: int) -> None:
+        # Opened here so that a path that cannot be written is an error at start, not later.
+        super().__init__(open(path, "a", buffering=1, encoding="utf-8"))  # noqa: SIM115
+        self.path = path
+        self.limit = limit
+
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+        if self.limit > 0 and self.stream.tell() >= self.limit:
+            self.stream.close()
+            stamp = time.strftime("%Y.%m.%d.%H.%M.%S")
+            os.replace(self.path, f"{self.path}.{stamp}.{time.time_ns() % 1_000_000_000:09d}")
+            self.stream = open(self.path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+
+
 def setup(
     quiet: bool = False,
     debug: bool = False,
     trace: bool = False,
     logtime: bool = True,
     log_file: str = "",
+    size_limit: int = 0,
 ) -> None:
     """Configure the root logger for a command: to `log_file` if given, else stderr."""
     level = logging.ERROR if quiet else TRACE if trace else logging.DEBUG if debug \
         else logging.INFO
-    stream: TextIO
+    handler: logging.StreamHandler  # type: ignore[type-arg]
     if log_file:
-        # Opened here so that a path that cannot be written is an error at start, not later.
-        stream = open(log_file, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        handler = SizeLimitedFile(log_file, size_limit)
+        colour = False
     else:
-        stream = sys.stderr
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(ReferenceFormatter(logtime, colour=not log_file and stream.isatty()))
+        stream: TextIO = sys.stderr
+        handler = logging.StreamHandler(stream)
+        colour = stream.isatty()
+    handler.setFormatter(ReferenceFormatter(logtime, colour=colour))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -225,6 +225,8 @@ _KEYS: dict[str, Handler] = {
     "trace": _to("trace", _bool),
     "logtime": _to("logtime", _bool),
     "log_file": _to("log_file", _str),
+    "logfile_size_limit": _to("log_size_limit", _size),
+    "log_size_limit": _to("log_size_limit", _size),
     "pid_file": _to("pid_file", _str),
     # The streaming server's block is read by the streaming options (streaming/server).
     "streaming": lambda changes, value: None,

@@ -32,6 +32,7 @@ class ServerOptions:
     lame_duck_grace_period: float = 10.0  # ... after waiting this long first
     logtime: bool = True
     log_file: str = ""
+    log_size_limit: int = 0  # bytes; the log file is started anew past it (0: never)
     pid_file: str = ""
     # Clustering, as nats-server's flags: the route listener URL, seed routes, the name.
     cluster: str = ""
@@ -120,6 +121,8 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     logging = parser.add_argument_group("logging")
     logging.add_argument("-l", "--log", "--log_file", dest="log_file", metavar="FILE",
                          help="file to redirect log output to")
+    logging.add_argument("--log_size_limit", type=size_flag, metavar="SIZE",
+                         help="start the log file anew past this size (default: never)")
     logging.add_argument("-T", "--logtime", nargs="?", const=True, type=flag_bool,
                          metavar="BOOL", help="timestamp log entries (default true)")
     logging.add_argument("-s", "--syslog", action="store_true",
@@ -151,6 +154,16 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     for flag in ("--tlscert", "--tlskey", "--tlscacert"):
         refused.add_argument(flag, help="TLS (refused: not yet)")
     refused.add_argument("--tlsverify", action="store_true", help="TLS (refused: not yet)")
+
+
+def size_flag(text: str) -> int:
+    """A size for argparse: bytes, or with the configuration file's suffixes (10MB)."""
+    from ..config import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def flag_bool(text: str) -> bool:

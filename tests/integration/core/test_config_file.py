@@ -217,3 +217,21 @@ def test_debug_and_trace_lines(tmp_path: Path) -> None:
         assert line in text, line
     assert "wrong-guess" not in text
     assert "Server Exiting.." in text
+
+
+def test_log_file_size_limit(tmp_path: Path) -> None:
+    """Past --log_size_limit the log file is renamed FILE.<date-time> and started anew."""
+    port = free_port()
+    log_file = tmp_path / "s.log"
+    proc = start([sys.executable, "-m", "tidings", "server", "--no_streaming", "-a",
+                  "127.0.0.1", "-p", str(port), "-D", "-l", str(log_file),
+                  "--log_size_limit", "1KB"], port)
+    try:
+        for _ in range(20):  # each connection logs two debug lines
+            with RawConn(port) as c:
+                c.connect(CONNECT_PLAIN)
+    finally:
+        stop(proc)
+    rotated = [p for p in tmp_path.iterdir() if p.name.startswith("s.log.")]
+    assert rotated, list(tmp_path.iterdir())
+    assert all(p.stat().st_size < 1024 + 300 for p in rotated)
