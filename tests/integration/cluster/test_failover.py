@@ -89,3 +89,42 @@ async def test_a_server_dies_and_comes_back(fresh_cluster, kinds: str, victim: i
     for nc in (py, first, second, back):
         await nc.close()
     await ours.close()
+
+
+async def test_lame_duck_sends_clients_elsewhere(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """SIGUSR2 to a tidings server of a cluster: its clients (nats-py, which learnt the other
+    server from connect_urls) are closed after the grace period and go on on the other."""
+    import signal
+
+    conf = tmp_path / "ldm.conf"
+    conf.write_text('lame_duck_grace_period: "200ms"\nlame_duck_duration: "30s"\n')
+    cluster = Cluster("tt")
+    original = cluster.args
+    cluster.args = lambda i: [*original(i), *(["-c", str(conf)] if i == 0 else [])]  # type: ignore[method-assign]
+    try:
+        cluster.start_all()
+        await wait_mesh(cluster)
+        leaving = cluster.members[0]
+        nc = await connect(leaving.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+        got: list[bytes] = []
+
+        async def take(msg: Msg) -> None:
+            got.append(msg.data)
+
+        await nc.subscribe("ldm.topic", cb=take)
+        await nc.flush()
+        other = await connect(cluster.url(1))
+        assert leaving.server is not None
+        leaving.server.proc.send_signal(signal.SIGUSR2)
+        await eventually(lambda: nc.is_connected and nc.connected_url.port != leaving.port, 20)
+        for _ in range(200):
+            await other.publish("ldm.topic", b"after")
+            await asyncio.sleep(0.05)
+            if got:
+                break
+        assert got and got[0] == b"after"
+        assert leaving.server.proc.wait(10) == 0
+        await nc.close()
+        await other.close()
+    finally:
+        cluster.stop()

@@ -141,3 +141,33 @@ def test_reload_applies_the_file_and_refuses_what_cannot_change(tmp_path) -> Non
         new.connect(login % b"two")
         new.send(b"PUB big 2000\r\n")
         assert new.read_to_eof() == b"-ERR 'Maximum Payload Violation'\r\n"
+
+
+def test_reload_under_load_loses_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A publisher and a subscriber keep going while SIGHUP reloads the configuration (their
+    credentials still valid): every message arrives."""
+    import threading
+
+    from tests.integration.core.rawnats import RawConn
+
+    port = free_port()
+    conf = tmp_path / "r.conf"
+    conf.write_text(f"listen: 127.0.0.1:{port}\nauthorization {{ user: u, password: p }}\n")
+    login = b'CONNECT {"verbose":false,"pedantic":false,"user":"u","pass":"p"}\r\n'
+    with running("server", "--no_streaming", "-c", str(conf)) as proc:
+        read_until(proc, "Server is ready")
+        sub, pub = RawConn(port, timeout=30), RawConn(port, timeout=30)
+        sub.connect(login)
+        sub.send(b"SUB load 1\r\n")
+        sub.barrier()
+        pub.connect(login)
+        count = 50_000
+        sender = threading.Thread(target=pub.send, args=(b"PUB load 2\r\nhi\r\n" * count,))
+        sender.start()
+        for limit in ("2MB", "512KB", "1MB"):
+            conf.write_text(f"listen: 127.0.0.1:{port}\nmax_payload: {limit}\n"
+                            "authorization { user: u, password: p }\n")
+            proc.send_signal(signal.SIGHUP)
+            read_until(proc, "Reloaded server configuration")
+        sender.join(30)
+        assert sub.count_msgs(count, timeout=30) == count
