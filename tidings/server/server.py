@@ -311,37 +311,14 @@ class Server:
 
     def retire(self, conn: Connection) -> None:
         """Keep a closing connection's message counts in the server's totals."""
-        from .monitor import in_counts
-
-        in_msgs, in_bytes = in_counts(conn)
-        gone = self.gone
-        gone["in_msgs"] += in_msgs
-        gone["in_bytes"] += in_bytes
-        gone["out_msgs"] += conn.out_msgs
-        gone["out_bytes"] += conn.out_payload
-        if not conn.is_route:
-            gone["in_client_msgs"] += in_msgs
-            gone["in_client_bytes"] += in_bytes
-            gone["out_client_msgs"] += conn.out_msgs
-            gone["out_client_bytes"] += conn.out_payload
+        _add_counts(self.gone, conn)
 
     def message_totals(self) -> dict[str, int]:
         """in_msgs, in_bytes, out_msgs, out_bytes (and their client-only parts), as /varz."""
-        from .monitor import in_counts
-
         totals = dict(self.gone)
         routes = self.cluster.routes.values() if self.cluster is not None else ()
         for conn in [*self.clients.values(), *routes]:
-            in_msgs, in_bytes = in_counts(conn)
-            totals["in_msgs"] += in_msgs
-            totals["in_bytes"] += in_bytes
-            totals["out_msgs"] += conn.out_msgs
-            totals["out_bytes"] += conn.out_payload
-            if not conn.is_route:
-                totals["in_client_msgs"] += in_msgs
-                totals["in_client_bytes"] += in_bytes
-                totals["out_client_msgs"] += conn.out_msgs
-                totals["out_client_bytes"] += conn.out_payload
+            _add_counts(totals, conn)
         return totals
 
     def unregister(self, client: ClientConnection) -> None:
@@ -546,6 +523,19 @@ class Server:
             elif now - client.stalled_since > deadline:
                 client.slow_consumer("write deadline exceeded")
         self._sweeper = self.loop.call_later(1.0, self._sweep_writes)
+
+
+def _add_counts(totals: dict[str, int], conn: Connection) -> None:
+    """Add a connection's messages and bytes in and out (also as a client's) to `totals`."""
+    from .monitor import in_counts
+
+    in_msgs, in_bytes = in_counts(conn)
+    parts = ("", "client_") if not conn.is_route else ("",)
+    for part in parts:
+        totals[f"in_{part}msgs"] += in_msgs
+        totals[f"in_{part}bytes"] += in_bytes
+        totals[f"out_{part}msgs"] += conn.out_msgs
+        totals[f"out_{part}bytes"] += conn.out_payload
 
 
 def _same(given: Any, expected: str) -> bool:
