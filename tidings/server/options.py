@@ -7,6 +7,9 @@ from dataclasses import dataclass, field, replace
 
 from ..protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD
 
+# As the reference's MAX_PAYLOAD_MAX_SIZE.
+MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024
+
 
 @dataclass
 class ServerOptions:
@@ -212,6 +215,11 @@ def check(options: ServerOptions) -> None:
         RouteURL(options.cluster)  # ValueError with the reason when unusable
     elif options.routes:
         raise ValueError("solicited routes require cluster capabilities, e.g. --cluster")
+    if options.max_payload > MAX_PAYLOAD_LIMIT:
+        raise ValueError(f"max_payload ({options.max_payload}) cannot exceed "
+                         f"{MAX_PAYLOAD_LIMIT} bytes (64MB)")
+    if options.max_payload <= 0:
+        raise ValueError(f"max_payload ({options.max_payload}) must be above 0")
     if options.lame_duck_duration < 30:
         raise ValueError(f"invalid lame_duck_duration of {options.lame_duck_duration:g}s, "
                          "minimum is 30 seconds")

@@ -143,3 +143,13 @@ def test_routes_without_a_cluster_listener() -> None:
 @pytest.mark.parametrize("url", ["bogus", "nats://127.0.0.1", "http://127.0.0.1:6222"])
 def test_unusable_route_urls(url: str) -> None:
     assert_one_line_error(tidings("server", "--routes", url, "--no_streaming"), 2, "route URL")
+
+
+@pytest.mark.parametrize(("conf", "words"), [
+    ("max_payload: 70MB\nmax_pending: 100MB\n", "cannot exceed"),
+    ("max_payload: 0\n", "must be above 0"),
+])
+def test_max_payload_bounds_in_a_file(tmp_path: Path, conf: str, words: str) -> None:
+    path = tmp_path / "mp.conf"
+    path.write_text(conf)
+    assert_one_line_error(tidings("server", "-t", "-c", str(path)), 1, "max_payload", words)
