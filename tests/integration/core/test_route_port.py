@@ -105,6 +105,7 @@ def test_the_right_credentials_make_a_route(guarded: Node) -> None:
     with RawConn(guarded.route_port) as peer:
         peer.send(b'CONNECT {"cluster":"X","user":"ruser","pass":"rpass","name":"NPEER"}\r\n'
                   + PEER_INFO + b"RS+ $G routed.ok\r\n")
+        peer.barrier()  # the server has taken our interest in
         with RawConn(guarded.server.port) as client:
             client.connect(CONNECT_PLAIN)
             client.send(b"PUB routed.ok 2\r\nhi\r\n")
