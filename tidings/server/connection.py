@@ -40,6 +40,17 @@ BIG_PAYLOAD = 32 * 1024
 # is the payload (with headers) length, counted in out_bytes as the reference counts it.
 Frame = tuple[bytes, bytes, bytes | None, int]
 
+# Why a connection was closed, by the -ERR it got, in the reference's words (/connz).
+_REASONS = {
+    "Authorization Violation": "Authentication Failure",
+    "Authentication Timeout": "Authentication Timeout",
+    "Stale Connection": "Stale Connection",
+    "Maximum Payload Violation": "Maximum Payload Exceeded",
+    "maximum connections exceeded": "Maximum Connections Exceeded",
+    "maximum control line exceeded": "Maximum Control Line Exceeded",
+    "Unknown Protocol Operation": "Parse Error",
+}
+
 # b"<n>\r\n" for common sizes: formatting costs more than the rest of a small frame.
 _SIZE_LINES = [b"%d\r\n" % n for n in range(4096)]
 
@@ -75,7 +86,7 @@ class Connection(asyncio.Protocol):
         "pings_out", "last_in", "ping_timer", "rtt_start", "rtt", "stalled_since", "drain_mark",
         "in_msgs", "in_bytes", "out_msgs", "out_bytes", "out_payload", "started",
         "congested", "stalled_by", "stalling", "stall_timer", "out_vectored",
-        "backlog", "input_paused", "budget",
+        "backlog", "input_paused", "budget", "close_reason",
     )
 
     parser: ClientOpParser
@@ -116,6 +127,7 @@ class Connection(asyncio.Protocol):
         self.backlog: bytes | None = None  # input read but not parsed yet (see _consume)
         self.input_paused = False
         self.budget = InputBudget(server.turns)
+        self.close_reason = ""  # why we closed it, as /connz?state=closed says
 
     # -- to be supplied by the kind of connection ------------------------------
     def gone(self) -> None:
@@ -242,6 +254,8 @@ class Connection(asyncio.Protocol):
         return True
 
     def slow_consumer(self, why: str) -> None:
+        self.close_reason = ("Slow Consumer (Pending Bytes)" if "MaxPending" in why
+                             else "Slow Consumer (Write Deadline)")
         self.server.slow_consumers += 1
         log.warning("cid=%d slow consumer: %s", self.cid, why)
         self.abort()
@@ -280,6 +294,8 @@ class Connection(asyncio.Protocol):
         """Send `-ERR '<err>'` (if any), flush what is queued, and close."""
         if self.closed:
             return
+        if not self.close_reason:
+            self.close_reason = _REASONS.get(err or "", "Protocol Violation")
         if err:
             self.send_err(err)
         if detail:

@@ -152,31 +152,25 @@ class Monitor:
         if key is None:
             raise web.HTTPBadRequest(text=f"Invalid sorting option: {sort}")
         conns.sort(key=lambda c: key(c, now), reverse=sort not in ("cid", "start"))
-        page = conns[offset : offset + limit]
+        state = request.query.get("state", "open").lower()
+        if state not in ("open", "closed", "all", "any"):
+            raise web.HTTPBadRequest(text=f"Invalid connection state: {state}")
+        if state == "open":  # only the page is described
+            total = len(conns)
+            items = [client_item(c, now) for c in conns[offset : offset + limit]]
+        else:
+            listed = ([] if state == "closed" else [client_item(c, now) for c in conns])
+            listed += s.closed_clients
+            total = len(listed)
+            items = [dict(item) for item in listed[offset : offset + limit]]
         out = []
-        for c in page:
-            in_msgs, in_bytes = in_counts(c)
-            transport = c.transport
-            item: dict[str, Any] = {
-                "cid": c.cid, "kind": "Client", "type": "nats", "ip": c.host, "port": c.port,
-                "start": rfc3339(c.started), "last_activity": rfc3339(_last(c)),
-                "rtt": _rtt(c), "uptime": uptime(now - c.started),
-                "idle": uptime(now - _last(c)),
-                "pending_bytes": transport.get_write_buffer_size() if transport else 0,
-                "in_msgs": in_msgs, "out_msgs": c.out_msgs, "in_bytes": in_bytes,
-                "out_bytes": c.out_payload, "subscriptions": len(c.subs),
-            }
-            for field in ("name", "lang", "version"):
-                value = getattr(c, field, "")
-                if value:
-                    item[field] = value
-            if subs:
-                item["subscriptions_list"] = [sub.subject.decode(errors="replace")
-                                              for sub in c.subs.values()]
+        for item in items:
+            if not subs:
+                item.pop("subscriptions_list", None)
             out.append(item)
         return json_response({
             "server_id": s.server_id, "now": rfc3339(now), "num_connections": len(out),
-            "total": len(conns), "offset": offset, "limit": limit, "connections": out,
+            "total": total, "offset": offset, "limit": limit, "connections": out,
         })
 
     async def routez(self, request: web.Request) -> web.Response:
@@ -252,6 +246,32 @@ class Monitor:
         s = self.server
         return json_response({"server_id": s.server_id, "now": rfc3339(time.time()),
                               "accounts": ["$G"]})
+
+
+def client_item(c: Any, now: float, stop: float = 0.0, reason: str = "") -> dict[str, Any]:
+    """One connection as /connz shows it (closed ones with when and why)."""
+    in_msgs, in_bytes = in_counts(c)
+    transport = c.transport
+    item: dict[str, Any] = {
+        "cid": c.cid, "kind": "Client", "type": "nats", "ip": c.host, "port": c.port,
+        "start": rfc3339(c.started), "last_activity": rfc3339(_last(c)),
+    }
+    if stop:
+        item["stop"] = rfc3339(stop)
+        item["reason"] = reason
+    item.update({
+        "rtt": _rtt(c), "uptime": uptime((stop or now) - c.started),
+        "idle": uptime((stop or now) - _last(c)),
+        "pending_bytes": transport.get_write_buffer_size() if transport and not stop else 0,
+        "in_msgs": in_msgs, "out_msgs": c.out_msgs, "in_bytes": in_bytes,
+        "out_bytes": c.out_payload, "subscriptions": len(c.subs),
+    })
+    for field in ("name", "lang", "version"):
+        value = getattr(c, field, "")
+        if value:
+            item[field] = value
+    item["subscriptions_list"] = [sub.subject.decode(errors="replace") for sub in c.subs.values()]
+    return item
 
 
 def _last(conn: Connection) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hmac
 import json
@@ -37,6 +38,7 @@ NATS_VERSION = "2.11.0"
 _B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 # Subscriptions of a closed connection removed per loop turn (about 1 ms of work).
 DROP_CHUNK = 1000
+CLOSED_CLIENTS_KEPT = 10_000
 
 
 def new_server_id() -> str:
@@ -71,6 +73,9 @@ class Server:
         self.connect_urls: list[str] = []  # the cluster's client URLs, for clients' INFO
         self.lame_duck = False
         self.monitor: Monitor | None = None  # -m: the HTTP monitoring endpoints
+        # The last closed clients, for /connz?state=closed (as many as the reference keeps).
+        self.closed_clients: collections.deque[dict[str, Any]] = collections.deque(
+            maxlen=CLOSED_CLIENTS_KEPT)
         self.monitor_routes: dict[str, Any] = {}  # more endpoints (embedded streaming's)
         # Message counters of connections that have closed, kept for /varz.
         self.gone = {"in_msgs": 0, "in_bytes": 0, "out_msgs": 0, "out_bytes": 0,
@@ -163,6 +168,7 @@ class Server:
             await self.monitor.stop()
         self.flush()
         for client in list(self.clients.values()):
+            client.close_reason = client.close_reason or "Server Shutdown"
             client.closed = True
             if client.transport is not None:
                 client.transport.close()  # writes out its buffer first
@@ -325,6 +331,13 @@ class Server:
         if self.clients.pop(client.cid, None) is None:
             return
         self.retire(client)
+        if self.monitor is not None and client.cid not in self.internal:
+            from .monitor import client_item
+
+            now = time.time()
+            self.closed_clients.append(
+                client_item(client, now, stop=now, reason=client.close_reason or "Client Closed")
+            )
         self.internal.discard(client.cid)
         if self._all_gone is not None and not self.clients:
             self._all_gone.set()

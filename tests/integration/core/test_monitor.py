@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -170,3 +171,29 @@ def test_metrics_in_prometheus_format(servers: dict[str, Monitored]) -> None:
     assert samples["gnatsd_varz_in_client_msgs"] == varz["in_client_msgs"] == 3
     assert samples["gnatsd_varz_connections"] == 1
     assert "# TYPE gnatsd_varz_in_msgs counter" in text
+
+
+def test_closed_connections(servers: dict[str, Monitored]) -> None:
+    """/connz?state=closed lists a client that has gone, with when and why, as the
+    reference's does; an unknown state is a 400."""
+    for server in servers.values():
+        c = RawConn(server.port)
+        c.send(b'CONNECT {"verbose":false,"pedantic":false,"name":"gone"}\r\nSUB a 9\r\n')
+        c.barrier()
+        c.close()
+    found = {}
+    for kind, server in servers.items():
+        deadline = time.monotonic() + 10
+        while True:
+            closed = server.get("/connz?state=closed&subs=1")["connections"]
+            gone = [c for c in closed if c.get("name") == "gone"]
+            if gone:
+                break
+            assert time.monotonic() < deadline, kind
+            time.sleep(0.02)
+        found[kind] = gone[0]
+    assert shape(found["tidings"]) == shape(found["reference"])
+    assert found["tidings"]["subscriptions_list"] == ["a"]
+    assert found["tidings"]["reason"] in ("Client Closed", "Read Error")
+    with pytest.raises(urllib.error.HTTPError):
+        servers["tidings"].get("/connz?state=bogus")
