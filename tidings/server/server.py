@@ -99,9 +99,10 @@ class Server:
         opts = self.options
         kind: type[ClientConnection] = ClientConnection
         if opts.trace:
-            from .trace_log import TracedClientConnection
+            from .trace_log import TracedClientConnection, traced_deliver
 
             kind = TracedClientConnection
+            self.deliver = traced_deliver(self)
         self._listener = await self.loop.create_server(
             lambda: kind(self), opts.host, opts.port, reuse_address=True, backlog=4096
         )

@@ -1,12 +1,14 @@
 """-V: the protocol trace, as the reference logs it at [TRC]: `<<- [OP args]` for what a
-client sends (and `<<- MSG_PAYLOAD: ["..."]`), `->> [OP]` for the control lines sent back.
+client sends (and `<<- MSG_PAYLOAD: ["..."]`), `->> [OP]` for what is sent back (and the
+messages delivered).
 A traced server pays for it; an untraced one runs the plain ClientConnection."""
 
 from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..logs import TRACE
 from .client import ClientConnection
@@ -72,3 +74,27 @@ class TracedClientConnection(ClientConnection):
             line = data.split(b"\r\n", 1)[0].decode("utf-8", "replace")
             log.log(TRACE, "%s - ->> [%s]", self.describe(), line)
         super().queue(data)
+
+
+def traced_deliver(server: Server) -> Callable[..., bool]:
+    """The server's delivery, logging each message it hands to a client as the reference
+    does: `->> [MSG subject sid [reply] size]` and `->> MSG_PAYLOAD: ["..."]`."""
+    deliver = server._deliver
+
+    def deliver_traced(pub: Any, sub: Any, frame: Any, plain_frame: Any) -> bool:
+        if not deliver(pub, sub, frame, plain_frame):
+            return False
+        client = sub.client
+        if client.is_route:
+            return True
+        if plain_frame is not None and not client.headers:
+            frame = plain_frame
+        head, tail, big, size = frame
+        line = (head + sub.sid_sp + tail).split(b"\r\n", 1)
+        payload = big if big is not None else line[1][:-2] if len(line) > 1 else b""
+        name = client.describe() if hasattr(client, "describe") else f"cid:{client.cid}"
+        log.log(TRACE, "%s - ->> [%s]", name, line[0].decode("utf-8", "replace"))
+        log.log(TRACE, '%s - ->> MSG_PAYLOAD: ["%s"]', name, payload.decode("utf-8", "replace"))
+        return True
+
+    return deliver_traced

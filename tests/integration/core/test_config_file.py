@@ -212,7 +212,7 @@ def test_debug_and_trace_lines(tmp_path: Path) -> None:
     text = log_file.read_text()
     for line in ("[DBG] 127.0.0.1:", "Client connection created", "[TRC] 127.0.0.1:",
                  "<<- [SUB foo 1]", "<<- [PUB foo 2]", '<<- MSG_PAYLOAD: ["hi"]',
-                 "->> [PONG]", 'authentication error - User "u"', "Client connection closed"):
+                 "->> [MSG foo 1 2]", '->> MSG_PAYLOAD: ["hi"]', "->> [PONG]", 'authentication error - User "u"', "Client connection closed"):
         assert line in text, line
     assert "wrong-guess" not in text
     assert "Server Exiting.." in text
