@@ -206,6 +206,7 @@ _KEYS: dict[str, Handler] = {
     "net": _to("host", _str),
     "port": _to("port", _port),
     "server_name": _to("name", _str),
+    "client_advertise": _to("client_advertise", _str),
     "http": _http,
     "http_port": _to("http_port", _port),
     "monitor_port": _to("http_port", _port),

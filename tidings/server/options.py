@@ -43,6 +43,7 @@ class ServerOptions:
     cluster_name: str = ""
     no_advertise: bool = False
     cluster_advertise: str = ""
+    client_advertise: str = ""  # host:port clients are told to use (INFO, connect_urls)
 
     @property
     def auth_required(self) -> bool:
@@ -104,6 +105,8 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         help="send a signal to a running server (ldm, stop, quit, term, reopen, reload); "
              "PID is a process id or a PID file (default: the -P file)")
     add("-v", "--version", action="store_true", help="show the version and exit")
+    add("--client_advertise", metavar="HOST[:PORT]",
+        help="client URL to advertise to clients and other servers")
     add("--max_payload", type=positive_int,
         help=f"maximum message payload in bytes (default {d.max_payload})")
     add("--max_control_line", type=positive_int,

@@ -141,8 +141,8 @@ class Server:
             "version": NATS_VERSION,
             "proto": 1,
             "go": f"tidings {__version__} python {platform.python_version()}",
-            "host": opts.host,
-            "port": self.port,
+            "host": self._advertised()[0],
+            "port": self._advertised()[1],
             "headers": True,
         }
         # Keys in the reference's order: auth_required comes before max_payload.
@@ -253,8 +253,22 @@ class Server:
         """The server's INFO fields common to every client."""
         return self._info
 
+    def _advertised(self) -> tuple[str, int]:
+        """(host, port) for clients: --client_advertise (port 4222 if it has none), or
+        where we listen."""
+        advertise = self.options.client_advertise
+        if not advertise:
+            return self.options.host, self.port
+        host, sep, port = advertise.rpartition(":")
+        if sep and port.isdigit():
+            return host, int(port)
+        return advertise, 4222
+
     def own_client_urls(self) -> list[str]:
         """Where clients reach this server, as INFO connect_urls lists it ("host:port")."""
+        if self.options.client_advertise:
+            host, port = self._advertised()
+            return [f"{host}:{port}"]
         host = self.options.host
         if host in ("0.0.0.0", "::", ""):
             from ..cluster.cluster import local_ips

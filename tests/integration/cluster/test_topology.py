@@ -131,3 +131,22 @@ def test_an_unnamed_cluster_settles_and_loses_nothing(kinds: str) -> None:
             assert sub.count_msgs(count, timeout=30) == count
     finally:
         cluster.stop()
+
+
+@pytest.mark.parametrize("kinds", ["tt", "rt", "tr"])
+async def test_client_advertise(kinds: str) -> None:
+    """--client_advertise: what the other servers tell their clients about this one, and
+    what this one tells its own in INFO host/port, as the reference does."""
+    cluster = Cluster(kinds)
+    original = cluster.args
+    cluster.args = lambda i: [  # type: ignore[method-assign]
+        *original(i), *(["--client_advertise", "10.9.9.9:4222"] if i == 1 else [])]
+    try:
+        cluster.start_all()
+        await wait_mesh(cluster)
+        with RawConn(cluster.members[1].port) as c:
+            assert (c.info["host"], c.info["port"]) == ("10.9.9.9", 4222)
+        with RawConn(cluster.members[0].port) as c:
+            assert "10.9.9.9:4222" in c.info["connect_urls"]
+    finally:
+        cluster.stop()
