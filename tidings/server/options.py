@@ -6,6 +6,42 @@ import argparse
 from dataclasses import dataclass, field, replace
 
 from ..protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD
+from .auth_options import AuthOptions
+
+# The reference's default TLS handshake timeout (seconds).
+TLS_TIMEOUT = 2.0
+
+
+@dataclass
+class TLSOptions:
+    """A `tls { }` block (or --tls* flags), as nats-server's keys."""
+
+    cert_file: str = ""
+    key_file: str = ""
+    ca_file: str = ""
+    verify: bool = False  # clients must present a certificate signed by ca_file
+    verify_and_map: bool = False  # ... and its subject names the user
+    timeout: float = TLS_TIMEOUT
+    handshake_first: bool = False  # TLS before INFO
+    handshake_first_fallback: float = 0.0  # with handshake_first: plain INFO after this long
+    insecure: bool = False  # routes: do not verify the peer's certificate
+
+
+@dataclass
+class WebSocketOptions:
+    """A `websocket { }` block, as nats-server's keys."""
+
+    host: str = "0.0.0.0"
+    port: int = 0
+    advertise: str = ""
+    no_tls: bool = False
+    tls: TLSOptions | None = None
+    compression: bool = False
+    same_origin: bool = False
+    allowed_origins: list[str] = field(default_factory=list)
+    handshake_timeout: float = 2.0
+    no_auth_user: str = ""
+    auth: AuthOptions | None = None  # its own authorization { }, over the server's
 
 # As the reference's MAX_PAYLOAD_MAX_SIZE.
 MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024
@@ -44,10 +80,16 @@ class ServerOptions:
     no_advertise: bool = False
     cluster_advertise: str = ""
     client_advertise: str = ""  # host:port clients are told to use (INFO, connect_urls)
+    # Security and transports (issue 12): users and permissions, TLS, WebSocket.
+    auth: AuthOptions = field(default_factory=AuthOptions)
+    tls: TLSOptions | None = None
+    https_port: int = 0
+    cluster_tls: TLSOptions | None = None
+    websocket: WebSocketOptions | None = None
 
     @property
     def auth_required(self) -> bool:
-        return bool(self.user or self.token)
+        return bool(self.user or self.token or self.auth.configured)
 
 
 def port_number(text: str) -> int:
