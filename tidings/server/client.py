@@ -101,7 +101,7 @@ class ClientConnection(Connection):
 
     __slots__ = (
         "verbose", "pedantic", "no_responders", "protocol", "lang", "version", "credentials",
-        "first_pong_sent",
+        "first_pong_sent", "websocket", "tls_identities",
     )
 
     def __init__(self, server: Server) -> None:
@@ -121,6 +121,10 @@ class ClientConnection(Connection):
         self.version = ""
         self.first_pong_sent = False
         self.credentials: dict[str, Any] = {}  # CONNECT's user/pass/auth_token (for reload)
+        self.websocket = False  # came in through the WebSocket listener (websocket.py)
+        # With TLS verify_and_map: the names the client's certificate gives, in the order
+        # the reference tries them as user names (tls.py).
+        self.tls_identities: list[str] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.accepted(transport)

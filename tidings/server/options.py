@@ -40,8 +40,13 @@ class WebSocketOptions:
     same_origin: bool = False
     allowed_origins: list[str] = field(default_factory=list)
     handshake_timeout: float = 2.0
+    # Its own `authorization { user, password, token, timeout }` and no_auth_user, which
+    # take the place of the server's for WebSocket clients when set.
+    user: str = ""
+    password: str = ""
+    token: str = ""
+    auth_timeout: float = 0.0
     no_auth_user: str = ""
-    auth: AuthOptions | None = None  # its own authorization { }, over the server's
 
 # As the reference's MAX_PAYLOAD_MAX_SIZE.
 MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024
