@@ -161,6 +161,7 @@ _SERVER_OPS: tuple[tuple[bytes, str], ...] = (
 )
 _INCOMPLETE = -1
 _BAD = -2
+_RESTART = -3  # from _slow_op: the rest of the buffer is to be parsed anew (after CONNECT)
 
 
 def _classify(
@@ -270,33 +271,51 @@ class ClientOpParser(_Framer):
         self.headers = False  # set once CONNECT says the client supports headers
         self.pedantic = False
         self.awaiting_connect = False  # when auth is required, the first op must be CONNECT
+        # Set by the handler in on_connect while it decides (a password check in a thread):
+        # what follows CONNECT is held, unparsed, until it is cleared and feed() called again.
+        self.paused = False
         self.bulk = False
         self.keep_replies = False  # pass unrouted requests on (for no-responders replies)
         self.unrouted_msgs = 0
         self.unrouted_bytes = 0
-        self._interest = interest if scan_pubs is not None else None
+        self._interest_given = interest if scan_pubs is not None else None
+        self._interest = self._interest_given
         self._on_pub = handler.on_pub
         self._skipping: bytes | None = None  # a bare op whose line end has not come yet
 
+    def route_pubs_to(self, on_pub: Any, skip_unrouted: bool) -> None:
+        """Hand PUBs to `on_pub` instead of the handler's; `skip_unrouted` False makes every
+        PUB reach it, also those the compiled scanner would skip as nobody listens."""
+        self._on_pub = on_pub
+        self._interest = self._interest_given if skip_unrouted else None
+
     def feed(self, data: bytes) -> None:
         """Consume bytes; calls the handler per operation; raises ProtocolError to close."""
+        while self._feed(data):
+            data = b""  # what followed a CONNECT, parsed anew
+
+    def _feed(self, data: bytes) -> bool:
+        """feed(); True when the rest (kept in _buf) is to be parsed anew."""
+        if self.paused:
+            self._buf += data
+            return False
         if self._skipping is not None:
             # The rest of a PING/PONG/+OK line: ignored up to its LF, as the reference does,
             # and never buffered, however long it is.
             eol = data.find(b"\n")
             if eol < 0:
-                return
+                return False
             name, self._skipping = self._skipping, None
             self._bare_op(name)
             data = data[eol + 1 :]
             if not data:
-                return
+                return False
         buf = self._take(data)
         if buf is None:
             # Payload still incomplete; the byte after it must be CR, refused at once if not.
             if self._have == self._need - 1 and data and data[-1] != 13:
                 raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
-            return
+            return False
         pos = 0
         if self._pending is not None:
             pos = self._finish_payload(buf)
@@ -353,7 +372,7 @@ class ClientOpParser(_Framer):
                                 if end < n and buf[end] != 13:
                                     raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
                                 self._wait_payload(buf, start, size, (None, subject, reply, 0, size))
-                                return
+                                return False
                             if buf[end] != 13 or buf[end + 1] != 10:
                                 raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
                             on_pub(subject, reply, buf[start:end])
@@ -361,9 +380,10 @@ class ClientOpParser(_Framer):
                             continue
             pos = self._slow_op(buf, pos, n)
             if pos < 0:
-                return
+                return pos == _RESTART
         if pos < n:
             self._hold_partial(buf, pos, n)
+        return False
 
     def _routed_run(self, ops: list[Any], mode: int) -> None:
         on_routed = self.handler.on_routed  # type: ignore[attr-defined]
@@ -468,6 +488,11 @@ class ClientOpParser(_Framer):
             return nxt
         if name == b"CONNECT":
             handler.on_connect(arg)
+            if nxt < n:
+                # What follows is parsed anew: CONNECT may have changed how (the PUB handler,
+                # the compiled path), or paused us until the client's login is decided.
+                self._buf = buf[nxt:n]
+                return -1 if self.paused else _RESTART
             return nxt
         if name == b"INFO":
             decode_json(arg, "INFO from client")

@@ -55,8 +55,6 @@ class AuthOptions:
     users: list[User] = field(default_factory=list)
     default_permissions: Permissions | None = None
     no_auth_user: str = ""
-    # Permissions of the single `authorization { user, password, permissions }` user.
-    permissions: Permissions | None = None
 
     @property
     def configured(self) -> bool:

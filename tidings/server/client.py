@@ -21,7 +21,8 @@ from ..protocol.errors import (
     ProtocolError,
 )
 from ..protocol.parser import ClientOpParser
-from ..protocol.subjects import is_valid_subscription
+from ..protocol.subjects import has_wildcard, is_valid_subscription
+from .auth import ANONYMOUS, Login, PasswordCheck, Replies, Rights
 from .connection import Connection, msg_frame
 from .sublist import EMPTY_RESULT, Subscription
 
@@ -92,6 +93,22 @@ def decode_connect(arg: bytes) -> dict[str, Any]:
     return opts
 
 
+def _quoted(value: bytes) -> str:
+    """As Go's %q prints a subject."""
+    return json.dumps(value.decode("utf-8", "replace"), ensure_ascii=False)
+
+
+def auth_user(opts: dict[str, Any]) -> str:
+    """Who a CONNECT claims to be, as the reference logs it (never the secret)."""
+    if isinstance(opts.get("nkey"), str) and opts["nkey"]:
+        return f"Nkey {_quoted(opts['nkey'].encode())}"
+    if isinstance(opts.get("user"), str) and opts["user"]:
+        return f"User {_quoted(opts['user'].encode())}"
+    if opts.get("auth_token"):
+        return 'Token "[REDACTED]"'
+    return 'User "N/A"'
+
+
 # The first server PING after CONNECT.
 FIRST_PING_INTERVAL = 2.0
 
@@ -99,9 +116,12 @@ FIRST_PING_INTERVAL = 2.0
 class ClientConnection(Connection):
     """The server side of one client's TCP connection."""
 
+    skips_unrouted = True  # the parser may skip publishes nobody listens to
+
     __slots__ = (
         "verbose", "pedantic", "no_responders", "protocol", "lang", "version", "credentials",
-        "first_pong_sent", "websocket", "tls_identities",
+        "first_pong_sent", "websocket", "tls_identities", "nonce", "login", "rights",
+        "replies",
     )
 
     def __init__(self, server: Server) -> None:
@@ -125,6 +145,10 @@ class ClientConnection(Connection):
         # With TLS verify_and_map: the names the client's certificate gives, in the order
         # the reference tries them as user names (tls.py).
         self.tls_identities: list[str] | None = None
+        self.nonce = ""  # in INFO when NKeys are configured: the client signs it
+        self.login: Login = ANONYMOUS  # who CONNECT said we are (auth.py)
+        self.rights: Rights | None = None  # what we may do; None: anything
+        self.replies: Replies | None = None  # allow_responses: the replies we may send
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.accepted(transport)
@@ -137,7 +161,7 @@ class ClientConnection(Connection):
             log.debug("%s - Client connection created", self.describe())
         loop = server.loop
         self.ping_timer = loop.call_later(opts.ping_interval, self._ping_tick)
-        if opts.auth_required:
+        if server.auth.required_for(self):
             self.parser.awaiting_connect = True
             self.auth_timer = loop.call_later(opts.auth_timeout, self._auth_expired)
 
@@ -147,8 +171,9 @@ class ClientConnection(Connection):
         self.server.unregister(self)
 
     def describe(self) -> str:
-        """As the reference names a client in its log: "ip:port - cid:N"."""
-        return f"{self.host}:{self.port} - cid:{self.cid}"
+        """As the reference names a client in its log: "ip:port - cid:N" ("wid:N" over
+        WebSocket)."""
+        return f"{self.host}:{self.port} - {'wid' if self.websocket else 'cid'}:{self.cid}"
 
     # -- ClientOpHandler -----------------------------------------------------
     def on_connect(self, arg: bytes) -> None:
@@ -158,18 +183,43 @@ class ClientConnection(Connection):
             # A second CONNECT starts over: the reference drops every subscription.
             for sub in list(self.subs.values()):
                 self.remove_sub(sub)
+        verdict = server.auth.check(self, opts)
+        if isinstance(verdict, PasswordCheck):
+            # A bcrypt hash: compared in a thread, our input held until it is done.
+            self.parser.paused = True
+            server.bcrypt.check(verdict.hashed, verdict.password,
+                                lambda ok: self._password_checked(opts, verdict.login, ok))
+            return
+        self._authenticated(opts, verdict)
+
+    def _password_checked(self, opts: dict[str, Any], login: Login, ok: bool) -> None:
+        if self.closed:
+            return
+        self.parser.paused = False
+        try:
+            self._authenticated(opts, login if ok else None)
+        except ProtocolError as exc:
+            self.close_with_error(exc.err, str(exc))
+            return
+        self.server.flush()
+        self.resume_input()
+
+    def _authenticated(self, opts: dict[str, Any], login: Login | None) -> None:
+        """The rest of CONNECT, once we know who the client is (None: nobody we know)."""
+        server = self.server
         if self.auth_timer is not None:
             self.auth_timer.cancel()
             self.auth_timer = None
-        if server.options.auth_required and not server.authenticate(opts):
+        if login is None:
             # As the reference: the attempt is logged, never the secret.
-            who = f' - User "{opts["user"]}"' if isinstance(opts.get("user"), str) else ""
-            log.error("%s - authentication error%s", self.describe(), who)
+            log.error("%s - authentication error - %s", self.describe(), auth_user(opts))
             raise ProtocolError(AUTHORIZATION_VIOLATION, "authorization violation")
-        self.credentials = {k: opts[k] for k in ("user", "pass", "auth_token") if k in opts}
+        self.credentials = {k: opts[k] for k in ("user", "pass", "auth_token", "nkey", "sig")
+                            if k in opts}
         if opts.get("account") or opts.get("new_account"):
             # The reference no longer lets a client pick or create an account this way.
             raise ProtocolError(AUTHORIZATION_VIOLATION, "account in CONNECT")
+        self.grant(login)
         self.parser.awaiting_connect = False
         self.connected = True
         # The reference restarts its ping timer on CONNECT with a short first interval (2s,
@@ -198,6 +248,21 @@ class ClientConnection(Connection):
         if self.verbose:
             self.queue(OK)
 
+    def grant(self, login: Login) -> None:
+        """Take `login`'s rights (at CONNECT, and again when a reload changes them)."""
+        self.login = login
+        rights = self.rights = login.rights
+        checked = rights is not None and rights.limits_publish
+        # The parser's compiled path skips publishes nobody listens to: a client whose
+        # publishes are checked must have each one seen.
+        self.parser.route_pubs_to(self._checked_pub if checked else self.on_pub,
+                                  skip_unrouted=self.skips_unrouted and not checked)
+        responses = rights.responses if rights is not None else None
+        if responses is None:
+            self.replies = None
+        elif self.replies is None or self.replies.limits != responses:
+            self.replies = Replies(responses)
+
     def on_ping(self) -> None:
         self.queue(PONG)
         if self.connected and not self.first_pong_sent:
@@ -210,11 +275,64 @@ class ClientConnection(Connection):
             if not is_valid_subscription(subject):
                 self.send_err(INVALID_SUBJECT)
                 return
+            rights = self.rights
+            guard = None
+            if rights is not None and rights.limits_subscribe:
+                if not rights.may_subscribe(subject, queue):
+                    self.subscription_refused(subject, queue, sid)
+                    return
+                if has_wildcard(subject):
+                    guard = rights.may_receive
             sub = Subscription(self, subject, queue, sid)
+            sub.guard = guard
             self.subs[sid] = sub
             self.server.sublist.insert(sub)
         if self.verbose:
             self.queue(OK)
+
+    def subscription_refused(self, subject: bytes, queue: bytes | None, sid: bytes) -> None:
+        """-ERR and a log line in the reference's words; the connection stays."""
+        subj = _quoted(subject)
+        if queue is None:
+            self.send_err(f"Permissions Violation for Subscription to {subj}")
+            log.error("%s - Subscription Violation - Subject %s, SID %s",
+                      self.describe(), subj, sid.decode("utf-8", "replace"))
+        else:
+            q = _quoted(queue)
+            self.send_err(f"Permissions Violation for Subscription to {subj} using queue {q}")
+            log.error("%s - Subscription Violation - Subject %s, Queue: %s, SID %s",
+                      self.describe(), subj, q, sid.decode("utf-8", "replace"))
+
+    def subscription_removed(self, sub: Subscription) -> None:
+        """A reload took away the right to `sub`: tell the client as the reference does."""
+        subj, sid = _quoted(sub.subject), _quoted(sub.sid)
+        if sub.queue is None:
+            self.send_err(f"Permissions Violation for Subscription to {subj} (sid {sid})")
+            log.info("Removed sub %s (sid %s) for %s - not authorized", subj, sid,
+                     self.login.user or "N/A")
+        else:
+            q = _quoted(sub.queue)
+            self.send_err(f"Permissions Violation for Subscription to {subj} using queue {q} "
+                          f"(sid {sid})")
+            log.info("Removed sub %s using queue %s (sid %s) for %s - not authorized",
+                     subj, q, sid, self.login.user or "N/A")
+
+    def may_publish(self, subject: bytes) -> bool:
+        """Whether our rights let us publish to `subject` (a reply we were sent counts);
+        if not, the reference's -ERR and log line."""
+        rights = self.rights
+        if rights is None or not rights.limits_publish or rights.may_publish(subject):
+            return True
+        if self.replies is not None and self.replies.use(subject):
+            return True
+        subj = _quoted(subject)
+        self.send_err(f"Permissions Violation for Publish to {subj}")
+        log.error("%s - Publish Violation - Subject %s", self.describe(), subj)
+        return False
+
+    def _checked_pub(self, subject: bytes, reply: bytes | None, payload: bytes) -> None:
+        if self.may_publish(subject):
+            self.on_pub(subject, reply, payload)
 
     def on_unsub(self, sid: bytes, max_msgs: int) -> None:
         self.unsubscribe(sid, max_msgs)
@@ -229,6 +347,8 @@ class ClientConnection(Connection):
         self.server.route(self, subject, reply, msg_frame(b"MSG ", subject, reply, payload), None)
 
     def on_hpub(self, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> None:
+        if self.rights is not None and not self.may_publish(subject):
+            return
         if not hdr_len:
             # As the reference: a header block of size 0 is no header block, so MSG.
             self.on_pub(subject, reply, data)

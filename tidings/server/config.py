@@ -13,7 +13,10 @@ from dataclasses import replace
 from typing import Any
 
 from ..config import ConfigError, Section, load, parse_duration, parse_size
+from .auth_config import parse_authorization
+from .auth_options import AuthOptions
 from .options import ServerOptions, check
+from .websocket_config import handle_websocket
 
 # Keys of the reference that tidings does not have, and why.
 UNSUPPORTED = {
@@ -31,16 +34,12 @@ UNSUPPORTED = {
     "trusted": "operator mode (JWT) is not supported",
     "trusted_keys": "operator mode (JWT) is not supported",
     "mqtt": "MQTT is not supported",
-    "websocket": "WebSocket is not supported yet",
-    "ws": "WebSocket is not supported yet",
-    "tls": "TLS is not supported yet",
     "mappings": "subject mappings are not supported",
     "syslog": "logging to syslog is not supported",
     "remote_syslog": "logging to syslog is not supported",
-    "https_port": "HTTPS monitoring needs TLS, which tidings does not have yet",
-    "https": "HTTPS monitoring needs TLS, which tidings does not have yet",
-    "nkeys": "NKeys are not supported yet",
-    "no_auth_user": "users are not supported yet",
+    "ocsp": "OCSP stapling is not supported",
+    "allow_non_tls": "TLS and plain clients on one port are not supported",
+    "nkeys": "top-level nkeys are not supported: use authorization { users = [{nkey: ...}] }",
 }
 
 
@@ -71,6 +70,9 @@ def apply_server_config(base: ServerOptions, conf: Section) -> ServerOptions:
             raise  # from a nested map: it says where already
         except (TypeError, ValueError) as exc:
             raise ConfigError(f'{conf.where(key)}: "{key}": {exc}') from None
+    if changes.get("tls") is not None and "auth_timeout" not in changes:
+        # As the reference: with TLS the default auth timeout is the TLS timeout and 1 s.
+        changes["auth_timeout"] = changes["tls"].timeout + 1.0
     return replace(base, **changes)
 
 
@@ -133,29 +135,30 @@ def _http(changes: dict[str, Any], value: Any) -> None:
         _, changes["http_port"] = _host_port(value)
 
 
+def _https(changes: dict[str, Any], value: Any) -> None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        changes["https_port"] = _port(value)
+    else:
+        _, changes["https_port"] = _host_port(value)
+
+
+def _tls(changes: dict[str, Any], value: Any) -> None:
+    from .tls import parse_tls_block
+
+    changes["tls"] = parse_tls_block(value)
+
+
 def _nested(section: Any, key: str, message: str) -> ConfigError:
     where = section.where(key) if isinstance(section, Section) else "?"
     return ConfigError(f"{where}: {message}")
 
 
 def _authorization(changes: dict[str, Any], value: Any) -> None:
-    if not isinstance(value, dict):
-        raise ValueError("expected a map")
-    for key, item in value.items():
-        name = key.lower()
-        if name == "token":
-            changes["token"] = _str(item)
-        elif name == "user":
-            changes["user"] = _str(item)
-        elif name in ("password", "pass"):
-            changes["password"] = _str(item)
-        elif name == "timeout":
-            changes["auth_timeout"] = parse_duration(item)
-        elif name in ("users", "permissions", "default_permissions", "auth_callout"):
-            raise _nested(value, key, f'"{key}": several users and permissions are not '
-                          "supported yet")
-        else:
-            raise _nested(value, key, f'unknown field "{key}"')
+    parse_authorization(value, changes, changes.setdefault("auth", AuthOptions()))
+
+
+def _no_auth_user(changes: dict[str, Any], value: Any) -> None:
+    changes.setdefault("auth", AuthOptions()).no_auth_user = _str(value)
 
 
 def _cluster(changes: dict[str, Any], value: Any) -> None:
@@ -189,7 +192,11 @@ def _cluster(changes: dict[str, Any], value: Any) -> None:
                     password = _str(aval)
                 elif akey.lower() != "timeout":
                     raise _nested(item, akey, f'unknown field "{akey}"')
-        elif name in ("tls", "compression", "pool_size", "accounts", "pinned_accounts",
+        elif name == "tls":
+            from .tls import parse_tls_block
+
+            changes["cluster_tls"] = parse_tls_block(item)
+        elif name in ("compression", "pool_size", "accounts", "pinned_accounts",
                       "permissions", "connect_retries", "connect_backoff"):
             raise _nested(value, key, f'"{key}" in cluster is not supported by tidings')
         else:
@@ -209,6 +216,9 @@ _KEYS: dict[str, Handler] = {
     "client_advertise": _to("client_advertise", _str),
     "http": _http,
     "http_port": _to("http_port", _port),
+    "https": _https,
+    "https_port": _to("https_port", _port),
+    "tls": _tls,
     "monitor_port": _to("http_port", _port),
     "max_payload": _to("max_payload", _size),
     "max_control_line": _to("max_control_line", _size),
@@ -221,6 +231,7 @@ _KEYS: dict[str, Handler] = {
     "lame_duck_duration": _to("lame_duck_duration", parse_duration),
     "lame_duck_grace_period": _to("lame_duck_grace_period", parse_duration),
     "authorization": _authorization,
+    "no_auth_user": _no_auth_user,
     "cluster": _cluster,
     "debug": _to("debug", _bool),
     "trace": _to("trace", _bool),
@@ -231,4 +242,6 @@ _KEYS: dict[str, Handler] = {
     "pid_file": _to("pid_file", _str),
     # The streaming server's block is read by the streaming options (streaming/server).
     "streaming": lambda changes, value: None,
+    "websocket": handle_websocket,
+    "ws": handle_websocket,
 }

@@ -183,7 +183,7 @@ class Connection(asyncio.Protocol):
                 while pos < n and not self.closed:
                     self.parser.feed(data[pos : pos + FEED_SLICE])
                     pos += FEED_SLICE
-                    if pos < n and self.budget.spent():
+                    if pos < n and (self.budget.spent() or self.parser.paused):
                         rest = data[pos:]
                         break
         except ProtocolError as exc:
@@ -194,11 +194,13 @@ class Connection(asyncio.Protocol):
             self.close_with_error(None)
         server.flush()
         server.reader = None
+        if rest is None and self.parser.paused and not self.closed:
+            rest = b""  # what the parser holds is worked on once it goes on (resume_input)
         return rest
 
     def _work_backlog(self) -> None:
-        if self.closed or self.stalled_by or self.backlog is None:
-            return  # a stall's end resumes the work (resume_input)
+        if self.closed or self.stalled_by or self.backlog is None or self.parser.paused:
+            return  # a stall's end (or the parser going on) resumes the work (resume_input)
         data, self.backlog = self.backlog, None
         self.budget.start()
         rest = self._consume(data)
@@ -217,7 +219,7 @@ class Connection(asyncio.Protocol):
 
     def resume_input(self) -> None:
         """Go on with input unless something still holds it."""
-        if self.closed or self.stalled_by:
+        if self.closed or self.stalled_by or self.parser.paused:
             return
         if self.backlog is not None:
             self.server.loop.call_soon(self._work_backlog)
@@ -228,7 +230,7 @@ class Connection(asyncio.Protocol):
             self.input_paused = False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.backlog is not None and not self.closed:
+        if self.backlog is not None and not self.closed and not self.parser.paused:
             # What the peer sent before it went is still served, as the reference does.
             data, self.backlog = self.backlog, None
             while data is not None and not self.closed:

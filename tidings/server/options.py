@@ -25,6 +25,7 @@ class TLSOptions:
     handshake_first: bool = False  # TLS before INFO
     handshake_first_fallback: float = 0.0  # with handshake_first: plain INFO after this long
     insecure: bool = False  # routes: do not verify the peer's certificate
+    min_version: str = ""  # "1.2" or "1.3" (default 1.2)
 
 
 @dataclass
@@ -142,8 +143,8 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"port for clients; 0 or -1 picks a free port (default {d.port})")
     add("-n", "--name", "--server_name", dest="name", help="server name (default: the server id)")
     add("-m", "--http_port", type=port_number, help="HTTP port for monitoring")
-    add("-ms", "--https_port", type=port_number, help="HTTPS port for monitoring (needs TLS: "
-        "refused until tidings has it)")
+    add("-ms", "--https_port", type=port_number,
+        help="HTTPS port for monitoring (with the client TLS certificate)")
     add("-c", "--config", default="", metavar="FILE", help="configuration file")
     add("-t", dest="test_config", action="store_true",
         help="test the configuration file and exit")
@@ -203,10 +204,14 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     refused.add_argument("-js", "--jetstream", action="store_true",
                          help="JetStream (refused: tidings has NATS Streaming instead)")
     refused.add_argument("-sd", "--store_dir", help="JetStream storage (refused)")
-    refused.add_argument("--tls", action="store_true", help="TLS (refused: not yet)")
-    for flag in ("--tlscert", "--tlskey", "--tlscacert"):
-        refused.add_argument(flag, help="TLS (refused: not yet)")
-    refused.add_argument("--tlsverify", action="store_true", help="TLS (refused: not yet)")
+    tls = parser.add_argument_group("TLS")
+    tls.add_argument("--tls", nargs="?", const=True, type=flag_bool, metavar="BOOL",
+                     help="enable TLS (--tls=false: disable the file's)")
+    tls.add_argument("--tlscert", metavar="FILE", help="server certificate file")
+    tls.add_argument("--tlskey", metavar="FILE", help="private key for the server certificate")
+    tls.add_argument("--tlscacert", metavar="FILE", help="client certificate CA for verification")
+    tls.add_argument("--tlsverify", nargs="?", const=True, type=flag_bool, metavar="BOOL",
+                     help="enable TLS with client verification")
 
 
 def size_flag(text: str) -> int:
@@ -233,14 +238,8 @@ def flag_bool(text: str) -> bool:
 REFUSED_FLAGS = {
     "syslog": "logging to syslog is not supported",
     "remote_syslog": "logging to syslog is not supported",
-    "https_port": "HTTPS monitoring needs TLS, which tidings does not have yet",
     "jetstream": "JetStream is not supported (tidings has NATS Streaming)",
     "store_dir": "JetStream is not supported (tidings has NATS Streaming)",
-    "tls": "TLS is not supported yet",
-    "tlscert": "TLS is not supported yet",
-    "tlskey": "TLS is not supported yet",
-    "tlscacert": "TLS is not supported yet",
-    "tlsverify": "TLS is not supported yet",
 }
 
 
@@ -252,7 +251,20 @@ def options_from_args(args: argparse.Namespace, base: ServerOptions | None = Non
             raise ValueError(f"--{name}: {why}")
     fields = ServerOptions.__dataclass_fields__
     given = {k: v for k, v in vars(args).items() if k in fields and v is not None}
-    options = replace(base or ServerOptions(), **given)
+    given.pop("tls", None)  # --tls is a switch; the TLSOptions come from all the --tls* flags
+    base = base or ServerOptions()
+    tls_flags = [getattr(args, f, None) for f in ("tlscert", "tlskey", "tlscacert", "tlsverify")]
+    if getattr(args, "tls", None) is False:
+        given["tls"] = None  # as the reference: -tls=false turns the file's TLS off
+    elif getattr(args, "tls", None) or any(f is not None for f in tls_flags):
+        from .tls import flag_options
+
+        given["tls"] = flag_options(*tls_flags, base=base.tls)
+        if base.tls is None and getattr(args, "auth_timeout", None) is None \
+                and base.auth_timeout == ServerOptions.auth_timeout:
+            # The reference's default auth timeout with TLS: the TLS timeout and a second.
+            given["auth_timeout"] = given["tls"].timeout + 1.0
+    options = replace(base, **given)
     check(options)
     return options
 
@@ -273,6 +285,18 @@ def check(options: ServerOptions) -> None:
     if options.lame_duck_duration < 30:
         raise ValueError(f"invalid lame_duck_duration of {options.lame_duck_duration:g}s, "
                          "minimum is 30 seconds")
+    from .auth_config import check_no_auth_user
+
+    check_no_auth_user(options.auth)
+    if options.https_port and options.http_port:
+        raise ValueError(f"can't specify both HTTP ({options.http_port}) and HTTPs "
+                         f"({options.https_port}) ports")
+    if options.https_port and options.tls is None:
+        raise ValueError("Can't start monitoring: TLS cert and key required for HTTPS")
     if options.max_payload > options.max_pending:
         raise ValueError(f"max_payload ({options.max_payload}) cannot be higher than "
                          f"max_pending ({options.max_pending})")
+    if options.websocket is not None:
+        from .websocket_config import check_websocket
+
+        check_websocket(options)

@@ -10,9 +10,12 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.errors import AUTHORIZATION_VIOLATION
+from ..protocol.subjects import has_wildcard
 from . import flow
+from .auth import Login, PasswordCheck
 
 if TYPE_CHECKING:
+    from .client import ClientConnection
     from .options import ServerOptions
     from .server import Server
 
@@ -51,15 +54,49 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
         for client in server.clients.values():
             if client.transport is not None:
                 client.transport.set_write_buffer_limits(high=mark, low=mark)
-    if {"user", "password", "token"} & set(changed):
+    if {"user", "password", "token", "auth", "websocket", "tls"} & set(changed):
+        server.set_auth()
         _recheck_clients(server)
     return changed
 
 
 def _recheck_clients(server: Server) -> None:
-    """Close the clients whose CONNECT no longer authenticates, as the reference does."""
+    """As the reference: close the clients whose CONNECT no longer authenticates, give the
+    others their user's rights as they are now, and drop the subscriptions those no longer
+    allow."""
     for cid, client in list(server.clients.items()):
-        if cid in server.internal or not client.connected:
+        if cid in server.internal or not client.connected or client.closed:
             continue
-        if server.options.auth_required and not server.authenticate(client.credentials):
-            client.close_with_error(AUTHORIZATION_VIOLATION, "authorization changed on reload")
+        verdict = server.auth.check(client, client.credentials)
+        if isinstance(verdict, PasswordCheck):
+            login = verdict.login
+            server.bcrypt.check(verdict.hashed, verdict.password,
+                                lambda ok, c=client, lg=login: _regrant(c, lg if ok else None))
+        else:
+            _regrant(client, verdict)
+
+
+def _regrant(client: ClientConnection, login: Login | None) -> None:
+    if client.closed:
+        return
+    if login is None:
+        client.close_with_error(AUTHORIZATION_VIOLATION, "authorization changed on reload")
+        return
+    if login.rights is client.rights and login == client.login:
+        return
+    client.grant(login)
+    sublist = client.server.sublist
+    rights = client.rights
+    for sub in list(client.subs.values()):
+        if rights is not None and rights.limits_subscribe and not rights.may_subscribe(
+                sub.subject, sub.queue):
+            client.remove_sub(sub)
+            client.subscription_removed(sub)
+            continue
+        guard = rights.may_receive if (rights is not None and rights.limits_subscribe
+                                       and has_wildcard(sub.subject)) else None
+        if guard is not sub.guard:
+            sublist.remove(sub)  # again with the new guard: its cached results change
+            sub.guard = guard
+            sublist.insert(sub)
+    client.server.flush()

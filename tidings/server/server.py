@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import hmac
 import json
 import logging
 import os
@@ -21,6 +20,7 @@ from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
 from ..signals import SERVER_SIGNALS, trap_unsupported_signals
 from ..turns import LoopTurns
 from . import flow
+from .auth import Authenticator, Bcrypt, new_nonce
 from .client import ClientConnection
 from .connection import Connection, Frame
 from .options import ServerOptions
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ..cluster.cluster import Cluster
     from .monitor import Monitor
     from .tracing import MsgTrace
+    from .websocket import WebSocketListener
 
 log = logging.getLogger("tidings.server")
 
@@ -73,6 +74,9 @@ class Server:
         self.connect_urls: list[str] = []  # the cluster's client URLs, for clients' INFO
         self.lame_duck = False
         self.monitor: Monitor | None = None  # -m: the HTTP monitoring endpoints
+        self.tls_context: Any = None  # ssl.SSLContext of the client listener with TLS
+        self.ws_listener: WebSocketListener | None = None  # `websocket { }` (websocket.py)
+        self.client_kind: type[ClientConnection] = ClientConnection  # TCP and WebSocket
         # The last closed clients, for /connz?state=closed (as many as the reference keeps).
         self.closed_clients: collections.deque[dict[str, Any]] = collections.deque(
             maxlen=CLOSED_CLIENTS_KEPT)
@@ -86,6 +90,10 @@ class Server:
         self._stopped = asyncio.Event()
         self._info: dict[str, Any] = {}
         self._all_gone: asyncio.Event | None = None  # set when shutdown has closed everyone
+        # The embedded streaming server's credentials, whatever users are configured.
+        self.internal_token = secrets.token_urlsafe(24)
+        self.auth = Authenticator(self.options, self.internal_token)
+        self.bcrypt = Bcrypt()
 
     # -- lifecycle -----------------------------------------------------------
     async def start(self) -> None:
@@ -99,10 +107,15 @@ class Server:
         opts = self.options
         kind: type[ClientConnection] = ClientConnection
         if opts.trace:
-            from .trace_log import TracedClientConnection, traced_deliver
+            from .trace_log import TracedClientConnection
 
             kind = TracedClientConnection
-            self.deliver = traced_deliver(self)
+        self.client_kind = kind
+        self.choose_deliver()
+        if opts.tls is not None:
+            from .tls import server_context
+
+            self.tls_context = server_context(opts.tls)
         self._listener = await self.loop.create_server(
             lambda: kind(self), opts.host, opts.port, reuse_address=True, backlog=4096
         )
@@ -111,16 +124,21 @@ class Server:
         if opts.write_deadline > 0:
             self._sweeper = self.loop.call_later(1.0, self._sweep_writes)
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
-        if opts.http_port:
+        if opts.tls is not None:
+            log.info("TLS required for client connections")
+        if opts.http_port or opts.https_port:
             from .monitor import Monitor
 
             self.monitor = Monitor(self)
+            secure = not opts.http_port  # -ms: HTTPS with the client listener's certificate
+            port = opts.http_port or opts.https_port
             try:
-                await self.monitor.start(opts.host, opts.http_port)
+                await self.monitor.start(opts.host, port, secure=secure)
             except OSError:
                 self._listener.close()
                 raise
-            log.info("Starting http monitor on %s:%d", opts.host, opts.http_port)
+            log.info("Starting %s monitor on %s:%d", "https" if secure else "http", opts.host,
+                     port)
         if opts.cluster:
             from ..cluster.cluster import Cluster
 
@@ -130,7 +148,35 @@ class Server:
             except OSError:
                 self._listener.close()
                 raise
+        if opts.websocket is not None:
+            from .websocket import WebSocketListener
+
+            self.ws_listener = WebSocketListener(self, opts.websocket)
+            try:
+                await self.ws_listener.start()
+            except OSError:
+                self._listener.close()
+                raise
         log.info("Server is ready")
+
+    def choose_deliver(self) -> None:
+        """How messages are handed to subscribers: plainly, traced (-V), and noting the
+        reply subjects clients with allow_responses may answer, only when some user has it,
+        so that a server without permissions pays nothing for them."""
+        deliver = self._deliver
+        if self.options.trace:
+            from .trace_log import traced_deliver
+
+            deliver = traced_deliver(self)
+        if self.auth.any_responses:
+            deliver = noting_replies(deliver)
+        self.deliver = deliver
+
+    def set_auth(self) -> None:
+        """Build the users and permissions from the options (at start and on reload)."""
+        self.auth = Authenticator(self.options, self.internal_token)
+        if self.loop is not None:
+            self.choose_deliver()
 
     def build_info(self) -> None:
         """The INFO fields every client gets, from the options (again after a reload)."""
@@ -148,6 +194,10 @@ class Server:
         # Keys in the reference's order: auth_required comes before max_payload.
         if opts.auth_required:
             info["auth_required"] = True
+        if opts.tls is not None:
+            info["tls_required"] = True
+            if opts.tls.verify or opts.tls.verify_and_map:
+                info["tls_verify"] = True
         info["max_payload"] = opts.max_payload
         if self.lame_duck:
             info["ldm"] = True
@@ -161,12 +211,15 @@ class Server:
         log.info("Initiating Shutdown...")
         if self._listener is not None:
             self._listener.close()
+        if self.ws_listener is not None:
+            self.ws_listener.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
         if self.cluster is not None:
             await self.cluster.stop()
         if self.monitor is not None:
             await self.monitor.stop()
+        self.bcrypt.close()
         self.flush()
         for client in list(self.clients.values()):
             client.close_reason = client.close_reason or "Server Shutdown"
@@ -184,6 +237,8 @@ class Server:
         if self._listener is not None:
             await self._listener.wait_closed()
             self._listener = None
+        if self.ws_listener is not None:
+            await self.ws_listener.stop()
         self._stopped.set()
 
     async def serve_forever(self) -> None:
@@ -218,6 +273,8 @@ class Server:
         log.info("Entering lame duck mode, stop accepting new clients")
         if self._listener is not None:
             self._listener.close()
+        if self.ws_listener is not None:
+            self.ws_listener.close()
         self.build_info()
         for client in self.clients.values():
             if client.protocol >= 1 and client.first_pong_sent and not client.closed:
@@ -299,12 +356,20 @@ class Server:
 
     def info_for(self, client: ClientConnection, connect_info: bool = False) -> bytes:
         info = dict(self._info)
+        if client.websocket and "auth_required" not in info and self.auth.required_for(client):
+            info = _with_auth_required(info)
         info["client_id"] = client.cid
         info["client_ip"] = client.host
+        if self.auth.nonce_required:
+            if not client.nonce:
+                client.nonce = new_nonce()
+            info["nonce"] = client.nonce
         if self.cluster is not None:
             info["cluster"] = self.cluster.name
             if self.connect_urls:
                 info["connect_urls"] = self.connect_urls
+        if client.websocket and self.ws_listener is not None:
+            self.ws_listener.adjust_info(info)
         if connect_info:
             info["connect_info"] = True
             info["remote_account"] = "$G"
@@ -374,12 +439,6 @@ class Server:
         self.sublist.remove_batch(subs[start:end])
         if end < len(subs):
             self.loop.call_soon(self._drop_subs, subs, end)
-
-    def authenticate(self, connect: dict[str, Any]) -> bool:
-        opts = self.options
-        if opts.token:
-            return _same(connect.get("auth_token"), opts.token)
-        return _same(connect.get("user"), opts.user) and _same(connect.get("pass"), opts.password)
 
     # -- routing -------------------------------------------------------------
     def route(
@@ -566,8 +625,41 @@ def _add_counts(totals: dict[str, int], conn: Connection) -> None:
         totals[f"out_{part}bytes"] += conn.out_payload
 
 
-def _same(given: Any, expected: str) -> bool:
-    return isinstance(given, str) and hmac.compare_digest(given.encode(), expected.encode())
+def _with_auth_required(info: dict[str, Any]) -> dict[str, Any]:
+    """`info` with auth_required, in the reference's place for it (before max_payload)."""
+    out: dict[str, Any] = {}
+    for key, value in info.items():
+        if key == "max_payload":
+            out["auth_required"] = True
+        out[key] = value
+    return out
+
+
+def noting_replies(deliver: Callable[..., bool]) -> Callable[..., bool]:
+    """`deliver`, also noting the reply subject of a request delivered to a client with
+    allow_responses, which may then publish to it (auth.Replies)."""
+
+    def deliver_noting(pub: Connection | None, sub: Subscription, frame: Frame,
+                       plain_frame: Frame | None) -> bool:
+        if not deliver(pub, sub, frame, plain_frame):
+            return False
+        replies = getattr(sub.client, "replies", None)
+        if replies is not None:
+            reply = _reply_of(frame)
+            if reply is not None:
+                replies.add(reply)
+        return True
+
+    return deliver_noting
+
+
+def _reply_of(frame: Frame) -> bytes | None:
+    """The reply subject of a MSG/HMSG frame (see connection.msg_frame), if it has one."""
+    head, tail = frame[0], frame[1]
+    line = tail[: tail.find(b"\r\n")]
+    fields = line.split(b" ")
+    sizes = 2 if head.startswith(b"HMSG") else 1
+    return fields[0] if len(fields) > sizes else None
 
 
 def install_uvloop() -> bool:
@@ -595,6 +687,8 @@ async def run(
     try:
         await server.start()
     except OSError as exc:
+        if server.ws_listener is not None and not server.ws_listener.listening:
+            raise OSError(server.ws_listener.listen_error(exc)) from exc
         # As the reference words it: the client port, or the route port ("router").
         what, host, port = "port", options.host, options.port
         if server.cluster is not None and server.port:

@@ -25,10 +25,11 @@ class TracedClientConnection(ClientConnection):
     """A client connection whose every operation is logged (no compiled fast path)."""
 
     __slots__ = ()
+    skips_unrouted = False  # every PUB through on_pub, to be traced
 
     def __init__(self, server: Server) -> None:
         super().__init__(server)
-        self.parser._interest = None  # every PUB through on_pub, to be traced
+        self.parser.route_pubs_to(self.on_pub, skip_unrouted=False)
 
     def _in(self, op: str, payload: bytes | None = None) -> None:
         log.log(TRACE, "%s - <<- [%s]", self.describe(), op)

@@ -98,11 +98,9 @@ async def start_embedded(core: Any, opts: StreamingOptions) -> RunningStreaming:
         host = "127.0.0.1"
     connect_opts: dict[str, Any] = {}
     copts = core.options
-    if copts.user:
-        connect_opts["user"] = copts.user
-        connect_opts["password"] = copts.password
-    elif copts.token:
-        connect_opts["token"] = copts.token
+    if copts.auth_required:
+        # The core's own credentials for in-process clients, whatever users it has.
+        connect_opts["token"] = core.internal_token
     # With the core's monitor on, it serves the streaming endpoints too, on its port.
     serve_on_core = core.monitor is not None and opts.http_port in (0, copts.http_port)
     if serve_on_core:
