@@ -42,6 +42,11 @@ class RunningServer:
     proc: subprocess.Popen[bytes]
     options: dict[str, Any]
     files: list[str] = field(default_factory=list)
+    log_path: str = ""  # where its stderr goes, when kept (start_configured)
+
+    def log(self) -> str:
+        """What the server has logged so far (start_configured servers)."""
+        return Path(self.log_path).read_text(errors="replace") if self.log_path else ""
 
     @property
     def url(self) -> str:
@@ -148,3 +153,26 @@ def start_reference(port: int | None = None, extra_args: list[str] | None = None
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_ready(port, proc)
     return RunningServer("reference", port, proc, options, [conf])
+
+
+def start_configured(kind: str, conf_text: str, extra_args: list[str] | None = None,
+                     port: int | None = None) -> RunningServer:
+    """Start tidings (without streaming) or the reference ("tidings" | "reference") on a
+    configuration file holding `conf_text`, listening on a free 127.0.0.1 port."""
+    port = port or free_port()
+    fd, conf = tempfile.mkstemp(suffix=".conf", prefix=f"{kind}-")
+    with os.fdopen(fd, "w") as f:
+        f.write(conf_text)
+    if kind == "reference":
+        cmd = [nats_server_binary()]
+    else:
+        cmd = [sys.executable, "-m", "tidings", "server", "--no_streaming"]
+    cmd += ["-a", "127.0.0.1", "-p", str(port), "-c", conf, *(extra_args or [])]
+    log_fd, log_path = tempfile.mkstemp(suffix=".log", prefix=f"{kind}-")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log_fd)
+    os.close(log_fd)
+    try:
+        _wait_ready(port, proc)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{exc}: {Path(log_path).read_text()[-2000:]}") from None
+    return RunningServer(kind, port, proc, {}, [conf, log_path], log_path)

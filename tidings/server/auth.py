@@ -198,6 +198,7 @@ class Login:
     user: str = ""
     rights: Rights | None = None
     nkey: str = ""
+    listed: bool = False  # one of the users (or nkeys) array's
 
 
 ANONYMOUS = Login()
@@ -284,9 +285,9 @@ class Authenticator:
             perms = user.permissions or default
             rights = Rights(perms) if perms is not None else None
             if user.nkey:
-                self.nkeys[user.nkey] = (user, Login(user.nkey, rights, user.nkey))
+                self.nkeys[user.nkey] = (user, Login(user.nkey, rights, user.nkey, True))
             else:
-                self.users[user.name] = (user, Login(user.name, rights))
+                self.users[user.name] = (user, Login(user.name, rights, listed=True))
         self.required = options.auth_required
         ws = options.websocket
         self.ws_override = ws is not None and bool(ws.user or ws.token or ws.no_auth_user)
@@ -297,6 +298,10 @@ class Authenticator:
         )
         self.tls_map = options.tls is not None and options.tls.verify_and_map
         self.ws_tls_map = bool(ws and ws.tls and ws.tls.verify_and_map)
+
+    def knows(self, login: Login) -> bool:
+        """Whether a user of the users array is (still) one."""
+        return (login.nkey in self.nkeys) if login.nkey else (login.user in self.users)
 
     def required_for(self, conn: ClientConnection) -> bool:
         return self.required or (conn.websocket and self.ws_override)
@@ -366,12 +371,34 @@ class Authenticator:
                 raw = base64.b64decode(sig, validate=True)
             except ValueError:
                 return False
-        try:
-            import nkeys
-
-            return bool(nkeys.from_public_key(nkey.encode()).verify(nonce.encode(), raw))
-        except Exception:  # nkeys raises its own errors for bad keys and signatures
+        key = user_nkey_bytes(nkey)
+        if key is None:
             return False
+        from nacl.exceptions import BadSignatureError
+        from nacl.signing import VerifyKey
+
+        try:
+            VerifyKey(key).verify(nonce.encode(), raw)
+        except (BadSignatureError, ValueError, TypeError):
+            return False
+        return True
+
+
+def user_nkey_bytes(key: str) -> bytes | None:
+    """The ed25519 public key of a user NKey ("U" + base32 of prefix, key and CRC16), or
+    None when `key` is not one."""
+    if not key.startswith("U") or len(key) != 56:
+        return None
+    try:
+        raw = base64.b32decode(key)
+    except ValueError:
+        return None
+    import nkeys
+
+    body, crc = raw[:-2], int.from_bytes(raw[-2:], "little")
+    if raw[0] != nkeys.PREFIX_BYTE_USER or nkeys.crc16(bytearray(body)) != crc:
+        return None
+    return bytes(body[1:])
 
 
 def _type_allowed(user: User, kind: str) -> bool:

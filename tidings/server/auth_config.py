@@ -121,15 +121,9 @@ def _users(block: Any, key: str, value: Any) -> list[User]:
 
 
 def _is_user_nkey(key: str) -> bool:
-    if not key.startswith("U"):
-        return False
-    try:
-        import nkeys
+    from .auth import user_nkey_bytes
 
-        nkeys.from_public_key(key.encode())
-    except Exception:  # nkeys raises its own error kinds for a bad key
-        return False
-    return True
+    return user_nkey_bytes(key) is not None
 
 
 def _connection_types(entry: Any, key: str, value: Any) -> tuple[str, ...]:

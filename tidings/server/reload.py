@@ -67,6 +67,12 @@ def _recheck_clients(server: Server) -> None:
     for cid, client in list(server.clients.items()):
         if cid in server.internal or not client.connected or client.closed:
             continue
+        if client.login.listed and not server.auth.knows(client.login):
+            # As the reference: a user no longer there has "moved account" and is closed
+            # without a word, to come back as whoever it can.
+            client.close_reason = "Client Closed"
+            client.close_with_error(None, "user removed on reload")
+            continue
         verdict = server.auth.check(client, client.credentials)
         if isinstance(verdict, PasswordCheck):
             login = verdict.login

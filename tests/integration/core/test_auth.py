@@ -1,0 +1,389 @@
+"""Users, passwords (plain and bcrypt), NKeys and permissions: the same configuration file
+started with tidings and with the reference nats-server, the same bytes sent to both, the
+same answers expected; and what the reference leaves to us (a bcrypt check never holds up
+other clients, a wildcard subscriber never gets what it may not see)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import bcrypt
+import nats
+import nkeys
+import pytest
+
+from tests.servers import RunningServer, nats_server_binary, start_configured
+
+from .rawnats import RawConn, run_exchange
+
+pytestmark = pytest.mark.timeout(90)
+
+KINDS = ("tidings", "reference")
+SEED = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+NKEY = nkeys.from_seed(SEED).public_key.decode()
+OTHER_SEED = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(6)).decode()
+
+USERS = f"""
+authorization {{
+  timeout: 1
+  users = [
+    {{user: alice, password: pw, permissions: {{
+        publish: {{allow: ["a.>", "_INBOX.>"], deny: ["a.secret"]}}
+        subscribe: {{allow: ["a.*", "q.* grp", "_INBOX.>"], deny: ["a.hidden"]}}
+    }}}}
+    {{user: bob, password: pw, permissions: {{publish: "b.>", subscribe: ">",
+                                            allow_responses: true}}}}
+    {{user: carol, password: pw, permissions: {{subscribe: {{allow: ">", deny: "a.secret"}}}}}}
+    {{user: dave, password: "{HASH}"}}
+    {{user: root, password: pw}}
+    {{nkey: {NKEY}, permissions: {{publish: "n.>"}}}}
+  ]
+}}
+"""
+
+
+@pytest.fixture(scope="module")
+def users() -> Iterator[dict[str, RunningServer]]:
+    servers = {kind: start_configured(kind, USERS) for kind in KINDS}
+    yield servers
+    for server in servers.values():
+        server.stop()
+
+
+def connect_line(user: str, password: str = "pw", verbose: bool = False) -> bytes:
+    v = "true" if verbose else "false"
+    return (f'CONNECT {{"user":"{user}","pass":"{password}","verbose":{v},'
+            f'"pedantic":false}}\r\n').encode()
+
+
+# Each case: what one client sends in one go; the answers of both servers must be the same.
+MATRIX = {
+    "publish allowed and denied": connect_line("alice", verbose=True)
+    + b"PUB a.b 1\r\nx\r\nPUB a.secret 1\r\nx\r\nPUB c 0\r\n\r\nHPUB a.secret 12 12\r\n"
+      b"NATS/1.0\r\n\r\n\r\nPUB _INBOX.x 0\r\n\r\n",
+    "subscribe allowed and denied": connect_line("alice", verbose=True)
+    + b"SUB a.* 1\r\nSUB > 2\r\nSUB a.hidden 3\r\nSUB q.x grp 4\r\nSUB q.x other 5\r\n"
+      b"SUB q.x 6\r\nSUB a.b.c 7\r\nSUB b 8\r\n",
+    "a plain list is an allow list": connect_line("bob")
+    + b"PUB b.x 0\r\n\r\nPUB a 0\r\n\r\nSUB anything.at.all 1\r\n",
+    "deny over allow": connect_line("carol") + b"SUB a.secret 1\r\nSUB a.other 2\r\n",
+    "a user without permissions": connect_line("root") + b"SUB > 1\r\nPUB x 0\r\n\r\n",
+    "unknown user": connect_line("mallory"),
+    "wrong password": connect_line("alice", "nope"),
+    "no credentials": b'CONNECT {"verbose":false}\r\n',
+    "bcrypt password, input after CONNECT held until checked": connect_line("dave", "s3cret")
+    + b"SUB x 1\r\nPUB x 2\r\nhi\r\n",
+    "bcrypt password wrong": connect_line("dave", "nope") + b"SUB x 1\r\n",
+    "nkey without a signature": f'CONNECT {{"nkey":"{NKEY}"}}\r\n'.encode(),
+    "operation before CONNECT": b"SUB x 1\r\n",
+}
+
+
+@pytest.mark.parametrize("case", list(MATRIX))
+def test_permission_matrix_as_the_reference(users: dict[str, RunningServer], case: str) -> None:
+    outcomes = {kind: run_exchange(server.port, [MATRIX[case]])
+                for kind, server in users.items()}
+    assert outcomes["tidings"] == outcomes["reference"]
+
+
+def test_refusals_are_logged_with_the_user_never_the_secret(
+        users: dict[str, RunningServer]) -> None:
+    server = users["tidings"]
+    with RawConn(server.port) as conn:
+        conn.send(connect_line("dave", "wrong-secret-xyz"))
+        assert conn.read_to_eof() == b"-ERR 'Authorization Violation'\r\n"
+    with RawConn(server.port) as conn:
+        conn.connect(connect_line("alice"))
+        conn.send(b"PUB a.secret 0\r\n\r\n")
+        assert conn.barrier() == b"-ERR 'Permissions Violation for Publish to \"a.secret\"'\r\n"
+    log = server.log()
+    assert 'authentication error - User "dave"' in log
+    assert 'Publish Violation - Subject "a.secret"' in log
+    assert "wrong-secret-xyz" not in log
+
+
+def test_a_wildcard_subscriber_never_gets_a_denied_subject(
+        users: dict[str, RunningServer]) -> None:
+    for kind, server in users.items():
+        with RawConn(server.port) as sub, RawConn(server.port) as pub:
+            sub.connect(connect_line("carol"))
+            sub.send(b"SUB a.* 1\r\nSUB > 2\r\n")
+            assert sub.barrier() == b""
+            pub.connect(connect_line("root"))
+            pub.send(b"PUB a.b 1\r\n1\r\nPUB a.secret 1\r\n2\r\nPUB a.c 1\r\n3\r\n")
+            pub.barrier()
+            got = sub.barrier()
+            assert b"a.secret" not in got, kind
+            assert got.count(b"MSG a.b ") == 2 and got.count(b"MSG a.c ") == 2, (kind, got)
+
+
+def test_subscription_covering_more_than_allowed_gets_only_allowed(
+        users: dict[str, RunningServer]) -> None:
+    """alice may subscribe to a.* only. The reference matches a SUB's wildcard tokens as if
+    they were literal, so it takes `SUB a.>` (its `*` matches the token `>`); whatever it
+    takes, tidings delivers only the subjects alice may see."""
+    server = users["tidings"]
+    with RawConn(server.port) as sub, RawConn(server.port) as pub:
+        sub.connect(connect_line("alice"))
+        sub.send(b"SUB a.> 1\r\n")
+        accepted = sub.barrier() == b""
+        pub.connect(connect_line("root"))
+        pub.send(b"PUB a.b 1\r\n1\r\nPUB a.b.c 1\r\n2\r\nPUB a.hidden 1\r\n3\r\n")
+        pub.barrier()
+        got = sub.barrier()
+        assert got == (b"MSG a.b 1 1\r\n1\r\n" if accepted else b"")
+
+
+def test_allow_responses_lets_a_reply_out_once(users: dict[str, RunningServer]) -> None:
+    answers = {}
+    for kind, server in users.items():
+        with RawConn(server.port) as svc, RawConn(server.port) as req:
+            svc.connect(connect_line("bob"))
+            svc.send(b"SUB svc 1\r\n")
+            svc.barrier()
+            req.connect(connect_line("root"))
+            req.send(b"SUB reply.1 9\r\nPUB svc reply.1 2\r\nhi\r\n")
+            req.barrier()
+            assert svc.read_line() == b"MSG svc 1 reply.1 2\r\n", kind
+            assert svc.read_line() == b"hi\r\n"
+            svc.send(b"PUB reply.1 2\r\nok\r\nPUB reply.1 5\r\nagain\r\nPUB reply.2 0\r\n\r\n")
+            answers[kind] = (svc.barrier(), req.barrier())
+    assert answers["tidings"] == answers["reference"]
+    assert answers["tidings"][1] == b"MSG reply.1 9 2\r\nok\r\n"
+
+
+def _nonce_signature(port: int) -> tuple[RawConn, str]:
+    conn = RawConn(port)
+    nonce = conn.info["nonce"]
+    sig = nkeys.from_seed(SEED).sign(nonce.encode())
+    return conn, base64.urlsafe_b64encode(sig).rstrip(b"=").decode()
+
+
+def test_nkey_signature_over_this_connection_nonce_only(users: dict[str, RunningServer]) -> None:
+    for kind, server in users.items():
+        first, sig = _nonce_signature(server.port)
+        with first:
+            assert len(first.info["nonce"]) >= 11, kind
+            second, _ = _nonce_signature(server.port)
+            with second:
+                assert second.info["nonce"] != first.info["nonce"]
+                # A signature made for another connection's nonce is refused...
+                second.send(f'CONNECT {{"nkey":"{NKEY}","sig":"{sig}"}}\r\n'.encode())
+                assert second.read_to_eof() == b"-ERR 'Authorization Violation'\r\n", kind
+            # ... and accepted on its own connection.
+            first.connect(f'CONNECT {{"nkey":"{NKEY}","sig":"{sig}","verbose":false}}\r\n'
+                          .encode())
+            first.send(b"PUB x 0\r\n\r\n")
+            assert first.barrier() == b"-ERR 'Permissions Violation for Publish to \"x\"'\r\n"
+
+
+async def test_natspy_with_nkeys_bcrypt_and_permissions(users: dict[str, RunningServer]) -> None:
+    for kind, server in users.items():
+        errors: list[Exception] = []
+        refused = asyncio.Event()
+
+        async def on_error(exc: Exception, errors: list[Exception] = errors,
+                           refused: asyncio.Event = refused) -> None:
+            errors.append(exc)
+            refused.set()
+
+        nc = await nats.connect(server.url, nkeys_seed_str=SEED.decode(), error_cb=on_error,
+                                allow_reconnect=False)
+        dave = await nats.connect(server.url, user="dave", password="s3cret",
+                                  allow_reconnect=False)
+        sub = await dave.subscribe("n.>")
+        await dave.flush()
+        await nc.publish("n.one", b"1")
+        await nc.publish("elsewhere", b"2")
+        await nc.flush()
+        msg = await sub.next_msg(timeout=5)
+        assert (msg.subject, msg.data) == ("n.one", b"1"), kind
+        await asyncio.wait_for(refused.wait(), 5)
+        assert "permissions violation for publish" in str(errors[0]).lower(), kind
+        with pytest.raises(Exception, match="Authorization Violation"):
+            await nats.connect(server.url, nkeys_seed_str=OTHER_SEED.decode(),
+                               allow_reconnect=False, max_reconnect_attempts=0)
+        await nc.close()
+        await dave.close()
+
+
+async def test_failed_bcrypt_logins_do_not_hold_up_other_clients(
+        users: dict[str, RunningServer]) -> None:
+    """While 60 wrong bcrypt passwords are checked, another client's PINGs are answered."""
+    server = users["tidings"]
+    loop = asyncio.get_running_loop()
+    watcher = RawConn(server.port)
+    watcher.connect(connect_line("root"))
+
+    def attempt() -> bytes:
+        with RawConn(server.port) as conn:
+            conn.send(connect_line("dave", "wrong"))
+            return conn.read_to_eof(timeout=20)
+
+    attempts = [loop.run_in_executor(None, attempt) for _ in range(60)]
+    pongs = 0
+    while not all(a.done() for a in attempts):
+        assert await loop.run_in_executor(None, watcher.barrier) == b""
+        pongs += 1
+    assert {await a for a in attempts} == {b"-ERR 'Authorization Violation'\r\n"}
+    assert pongs >= 1
+    watcher.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_authentication_timeout(users: dict[str, RunningServer], kind: str) -> None:
+    with RawConn(users[kind].port) as conn:
+        assert conn.read_to_eof(timeout=5) == b"-ERR 'Authentication Timeout'\r\n"
+
+
+BAD_CONNECTS = {
+    "not JSON": b"CONNECT {user:alice}\r\n",
+    "JSON but not an object": b'CONNECT ["alice"]\r\n',
+    "a number for a user": b'CONNECT {"user":1,"pass":"pw"}\r\n',
+    "oversized": b'CONNECT {"user":"alice","pass":"' + b"x" * 5000 + b'"}\r\n',
+    "a signature that is not base64": f'CONNECT {{"nkey":"{NKEY}","sig":"!!!"}}\r\n'.encode(),
+    "a key that is not an nkey": b'CONNECT {"nkey":"UNOTAKEY","sig":"AAAA"}\r\n',
+    "CONNECT split byte by byte": connect_line("alice"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CONNECTS))
+def test_bad_connects_refused_as_the_reference(users: dict[str, RunningServer],
+                                                case: str) -> None:
+    data = BAD_CONNECTS[case]
+    pieces = [data[i:i + 1] for i in range(len(data))] if "split" in case else [data]
+    outcomes = {kind: run_exchange(server.port, pieces, pause=0.0005)
+                for kind, server in users.items()}
+    assert outcomes["tidings"] == outcomes["reference"]
+    # and the server still serves everyone else
+    with RawConn(users["tidings"].port) as other:
+        other.connect(connect_line("root"))
+
+
+CONFIG_ERRORS = {
+    "users and a single user": 'authorization { user: a, password: b, users = [{user: c}] }',
+    "users and a token": 'authorization { token: t, users = [{user: c}] }',
+    "user and token": 'authorization { user: a, password: b, token: t }',
+    "entry without a user": 'authorization { users = [{password: x}] }',
+    "bad nkey": 'authorization { users = [{nkey: UABC}] }',
+    "nkey with a password": f'authorization {{ users = [{{nkey: {NKEY}, password: x}}] }}',
+    "duplicate user": 'authorization { users = [{user: a}, {user: a}] }',
+    "unknown permission": 'authorization { users = [{user: a, permissions: {pubb: x}}] }',
+    "allow or deny only": 'authorization { users = [{user: a, permissions: {pub: {allw: x}}}] }',
+    "invalid subject": 'authorization { users = [{user: a, permissions: {pub: "a..b"}}] }',
+    "invalid queue": 'authorization { users = [{user: a, permissions: {sub: "a b.."}}] }',
+}
+
+
+@pytest.mark.parametrize("case", list(CONFIG_ERRORS))
+def test_configuration_mistakes_worded_as_the_reference(tmp_path: Path, case: str) -> None:
+    conf = tmp_path / "bad.conf"
+    conf.write_text(CONFIG_ERRORS[case] + "\n")
+    ours = subprocess.run([sys.executable, "-m", "tidings", "server", "-t", "-c", str(conf)],
+                          capture_output=True, text=True, timeout=30)
+    ref = subprocess.run([nats_server_binary(), "-t", "-c", str(conf)],
+                         capture_output=True, text=True, timeout=30)
+    assert ours.returncode != 0 and ref.returncode != 0
+    # The reference's message, after its file:line:col (columns are counted differently).
+    reason = ref.stderr.strip().splitlines()[-1].split(": ", 2)[-1].strip()
+    reason = reason.removesuffix(")").split(" (")[0] if "Duplicate" in reason else reason
+    assert reason.split(":")[-1].strip() in ours.stderr, (ref.stderr, ours.stderr)
+
+
+def test_an_unknown_no_auth_user_stops_the_server(tmp_path: Path) -> None:
+    conf = tmp_path / "n.conf"
+    conf.write_text("no_auth_user: zed\nauthorization { users = [{user: a, password: b}] }\n")
+    for cmd in ([nats_server_binary()], [sys.executable, "-m", "tidings", "server"]):
+        run = subprocess.run([*cmd, "-p", "-1", "-c", str(conf)], capture_output=True,
+                             text=True, timeout=30)
+        assert run.returncode != 0
+        assert ('no_auth_user: "zed" not present as user or nkey in authorization block or '
+                "account configuration") in run.stderr, run.stderr
+
+
+def test_reload_changes_rights_and_closes_removed_users(tmp_path: Path) -> None:
+    before = ('authorization { users = [\n'
+              '  {user: alice, password: pw, permissions: {subscribe: ["a.*", "b.*"]}}\n'
+              '  {user: bob, password: pw}\n] }\n')
+    after = ('authorization { users = [\n'
+             '  {user: alice, password: pw, permissions: {subscribe: ["a.*"], publish: "a.>"}}\n'
+             '] }\n')
+    seen = {}
+    for kind in KINDS:
+        server = start_configured(kind, before)
+        try:
+            alice, bob = RawConn(server.port), RawConn(server.port)
+            alice.connect(connect_line("alice"))
+            alice.send(b"SUB a.x 1\r\nSUB b.x 2\r\n")
+            assert alice.barrier() == b""
+            bob.connect(connect_line("bob"))
+            Path(server.files[0]).write_text(after)
+            os.kill(server.pid, signal.SIGHUP)
+            closed = bob.read_to_eof(timeout=10)
+            alice.read_until(lambda b: b"\r\n" in b, timeout=10)
+            alice.send(b"PUB b.x 0\r\n\r\nPUB a.x 1\r\n!\r\n")
+            seen[kind] = (closed, alice.barrier())
+            alice.close()
+            bob.close()
+        finally:
+            server.stop()
+    assert seen["tidings"] == seen["reference"]
+    assert seen["tidings"][0] == b""  # closed without a word, as the reference
+
+
+def test_no_auth_user_takes_its_permissions() -> None:
+    conf = ('no_auth_user: guest\nauthorization { users = [\n'
+            '  {user: guest, password: pw, permissions: {publish: "public.>"}}\n] }\n')
+    outcomes = {}
+    for kind in KINDS:
+        server = start_configured(kind, conf)
+        try:
+            outcomes[kind] = run_exchange(server.port, [
+                b'CONNECT {"verbose":false}\r\nPUB public.x 0\r\n\r\nPUB private 0\r\n\r\n'])
+        finally:
+            server.stop()
+    assert outcomes["tidings"] == outcomes["reference"]
+    assert b"Permissions Violation for Publish to \"private\"" in outcomes["tidings"].data
+
+
+def test_embedded_streaming_connects_whatever_users_there_are(tmp_path: Path) -> None:
+    """The streaming server inside `tidings server` is not one of the configured users."""
+    conf = tmp_path / "s.conf"
+    conf.write_text("authorization { users = [{user: a, password: b}] }\n")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    proc = subprocess.Popen([sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1",
+                             "-p", str(port), "-c", str(conf), "--store", "memory"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        from tests.servers import _wait_ready
+
+        _wait_ready(port, proc)
+
+        async def discover() -> bytes:
+            nc = await nats.connect(f"nats://a:b@127.0.0.1:{port}", allow_reconnect=False)
+            try:
+                with pytest.raises(nats.errors.NoRespondersError):
+                    await nc.request("_STAN.discover.nope", b"", timeout=5)
+                return b"ok"
+            finally:
+                await nc.close()
+
+        deadline_ok = asyncio.run(discover())
+        assert deadline_ok == b"ok"
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=10)[1]
+    assert "Authorization Violation" not in out and "authentication error" not in out
