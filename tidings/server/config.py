@@ -183,15 +183,13 @@ def _cluster(changes: dict[str, Any], value: Any) -> None:
         elif name in ("cluster_advertise", "advertise"):
             changes["cluster_advertise"] = _str(item)
         elif name == "authorization":
-            if not isinstance(item, dict):
-                raise ValueError("cluster.authorization: expected a map")
-            for akey, aval in item.items():
-                if akey.lower() == "user":
-                    user = _str(aval)
-                elif akey.lower() in ("password", "pass"):
-                    password = _str(aval)
-                elif akey.lower() != "timeout":
-                    raise _nested(item, akey, f'unknown field "{akey}"')
+            route_auth, listed = {}, AuthOptions()
+            parse_authorization(item, route_auth, listed)
+            if listed.users:
+                raise _nested(value, key, "Cluster authorization does not allow multiple users")
+            if route_auth.get("token"):
+                raise _nested(value, key, "Cluster authorization does not support tokens")
+            user, password = route_auth.get("user", ""), route_auth.get("password", "")
         elif name == "tls":
             from .tls import parse_tls_block
 

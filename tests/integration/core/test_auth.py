@@ -281,6 +281,8 @@ CONFIG_ERRORS = {
     "allow or deny only": 'authorization { users = [{user: a, permissions: {pub: {allw: x}}}] }',
     "invalid subject": 'authorization { users = [{user: a, permissions: {pub: "a..b"}}] }',
     "invalid queue": 'authorization { users = [{user: a, permissions: {sub: "a b.."}}] }',
+    "route users": 'cluster { port: -1, authorization { users = [{user: a}] } }',
+    "route token": 'cluster { port: -1, authorization { token: t } }',
 }
 
 
