@@ -469,6 +469,15 @@ def main(argv: list[str] | None = None) -> int:
     verdicts = judge(runs, checks)
     out = Console() if sys.stdout.isatty() else Console(width=140)
     out.print(table(verdicts, settings.conns))
+    tls: dict[str, float] = {}
+    if wanted is None or "tls" in wanted:
+        # pub→sub over TLS: a client of its own (the load generator speaks no TLS).
+        from benchmarks.tls_bench import measure as measure_tls
+
+        tls = measure_tls(settings.duration, repeat)
+        out.print(f"TLS pub→sub (16 B, 1 pub, 1 sub): reference {tls['reference']:,.0f} "
+                  f"msgs/s, tidings {tls['tidings']:,.0f} msgs/s, ratio "
+                  f"{tls['tidings'] / tls['reference']:.2f}")
     out.print(f"[dim]median of {repeat} run(s) per server, {settings.duration:g} s each; srv cpu "
               f"= server CPU in % of one core; noise = most CPU used by other processes during "
               f"a run; {os.cpu_count()} cpus; {time.monotonic() - started:.0f} s in all[/dim]")
@@ -486,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
                          "cpus": os.cpu_count()},
             "servers": {s.name: {"argv": s.argv, "info": s.info} for s in servers},
             "checks": [v.to_dict() for v in verdicts],
+            "tls_pub_sub": tls,
             "runs": [{"server": r.side, "spec": r.spec.title(settings),
                       "result": r.result.to_dict()} for r in runs],
         })

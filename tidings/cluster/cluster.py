@@ -11,6 +11,7 @@ import logging
 import random
 import secrets
 import socket
+import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -67,6 +68,14 @@ class Cluster:
         self.dynamic = not opts.cluster_name
         self.auth_required = bool(self.listen.user)
         self.auth_timeout = opts.auth_timeout
+        # cluster { tls {} }: every route is TLS from its first byte, both ends verified.
+        self.tls = opts.cluster_tls
+        self.tls_contexts: tuple[Any, Any] = (None, None)  # (accepting, soliciting)
+        if self.tls is not None:
+            from ..server.tls import route_contexts
+
+            self.tls_contexts = route_contexts(self.tls)
+            self.auth_timeout = self.tls.timeout + 1.0  # the reference's default with TLS
         self.routes: dict[str, RouteConnection] = {}  # by remote server id
         self.pending: set[RouteConnection] = set()  # connected, not registered yet
         self.port = self.listen.port
@@ -85,10 +94,20 @@ class Cluster:
     async def start(self) -> None:
         server = self.server
         loop = server.loop
-        self._listener = await loop.create_server(
-            lambda: RouteConnection(self), self.listen.host, self.listen.port,
-            reuse_address=True,
-        )
+        if self.tls is not None:
+            from ..server.tls_session import TLSListener
+
+            async def greet(conn: socket.socket, peer: Any) -> tuple[Any, bytes]:
+                return RouteConnection(self), b""
+
+            self._listener = await TLSListener(  # type: ignore[assignment]
+                self.tls_contexts[0], self.tls.timeout, greet, kind="route"
+            ).start(self.listen.host, self.listen.port)
+        else:
+            self._listener = await loop.create_server(
+                lambda: RouteConnection(self), self.listen.host, self.listen.port,
+                reuse_address=True,
+            )
         self.port = self._listener.sockets[0].getsockname()[1]
         server.sublist.watcher = self._local_interest
         log.info("Cluster name is %s", self.name)
@@ -143,11 +162,20 @@ class Cluster:
         try:
             while not self._stopping:
                 route = RouteConnection(self, url.text, implicit)
+                tls: dict[str, Any] = {}
+                if self.tls is not None:
+                    tls = {"ssl": self.tls_contexts[1], "server_hostname": url.host,
+                           "ssl_handshake_timeout": self.tls.timeout}
                 try:
                     await asyncio.wait_for(
-                        loop.create_connection(lambda r=route: r, url.host, url.port),  # type: ignore[misc]
-                        DIAL_TIMEOUT,
+                        loop.create_connection(lambda r=route: r, url.host, url.port, **tls),  # type: ignore[misc]
+                        DIAL_TIMEOUT + (self.tls.timeout if self.tls else 0),
                     )
+                except ssl.SSLError as exc:
+                    failures += 1
+                    from ..server.tls_session import log_failure
+
+                    log_failure(exc, url.hostport, "route")
                 except (OSError, asyncio.TimeoutError) as exc:
                     failures += 1
                     log.debug("Error trying to connect to route %s: %s", url.text, exc)
@@ -207,7 +235,7 @@ class Cluster:
             connect["user"] = url.user
             connect["pass"] = url.password
         connect.update({
-            "tls_required": False,
+            "tls_required": self.tls is not None,
             "name": self.server.server_id,
             "headers": True,
             "cluster": self.name,
@@ -237,6 +265,8 @@ class Cluster:
                 info["port"] = int(port)
         if self.auth_required:
             info["auth_required"] = True
+        if self.tls is not None:
+            info["tls_required"] = info["tls_verify"] = True
         info["max_payload"] = opts.max_payload
         if opts.cluster_advertise:
             info["ip"] = f"nats-route://{opts.cluster_advertise}/"

@@ -154,16 +154,27 @@ class ClientConnection(Connection):
         self.accepted(transport)
         server = self.server
         opts = server.options
-        transport.write(server.info_for(self))  # type: ignore[attr-defined]
+        secure = server.tls_context is not None and not self.websocket
+        if secure:
+            # From the TLS listener, the handshake over: INFO went before (tls_session.py).
+            from .tls_session import tls_established
+
+            tls_established(self, transport)
+        else:
+            transport.write(server.info_for(self))  # type: ignore[attr-defined]
         if not server.register(self):
             return
-        if log.isEnabledFor(logging.DEBUG):
+        if log.isEnabledFor(logging.DEBUG) and not secure:
             log.debug("%s - Client connection created", self.describe())
         loop = server.loop
         self.ping_timer = loop.call_later(opts.ping_interval, self._ping_tick)
         if server.auth.required_for(self):
             self.parser.awaiting_connect = True
-            self.auth_timer = loop.call_later(opts.auth_timeout, self._auth_expired)
+            timeout = opts.auth_timeout
+            ws = opts.websocket
+            if self.websocket and ws is not None and ws.auth_timeout > 0:
+                timeout = ws.auth_timeout  # the websocket block's own authorization timeout
+            self.auth_timer = loop.call_later(timeout, self._auth_expired)
 
     def gone(self) -> None:
         if log.isEnabledFor(logging.DEBUG):

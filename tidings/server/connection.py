@@ -146,7 +146,8 @@ class Connection(asyncio.Protocol):
         # Over the congestion mark, producers sending to us are stalled (flow.py).
         mark = flow.congestion_mark(self.server.options.max_pending)
         self.transport.set_write_buffer_limits(high=mark, low=mark)
-        self.cid = self.server.next_cid()
+        if not self.cid:  # (a TLS listener names the client in INFO before the handshake)
+            self.cid = self.server.next_cid()
         self.last_in = time.monotonic()
 
     def data_received(self, data: bytes) -> None:

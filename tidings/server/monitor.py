@@ -62,7 +62,14 @@ class Monitor:
         self._runner: web.AppRunner | None = None
         self._cpu = (time.monotonic(), time.process_time())
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int, secure: bool = False) -> None:
+        """Serve the endpoints on host:port; `secure`: over TLS (-ms, the server's
+        certificate, no client certificate asked for)."""
+        context = None
+        if secure and self.server.options.tls is not None:
+            from .tls import monitor_context
+
+            context = monitor_context(self.server.options.tls)
         app = web.Application()
         app.router.add_get("/", self.root)
         for name in ENDPOINTS:
@@ -70,7 +77,8 @@ class Monitor:
         app.router.add_get("/streaming{rest:.*}", self.extra)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, host, port, reuse_address=True).start()
+        await web.TCPSite(self._runner, host, port, reuse_address=True,
+                          ssl_context=context).start()
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -117,16 +125,19 @@ class Monitor:
         if s.cluster is not None:
             cluster = {"name": s.cluster.name, "addr": s.cluster.listen.host,
                        "cluster_port": s.cluster.port, "auth_timeout": o.auth_timeout,
-                       "urls": [u for u in o.routes], "tls_timeout": 2}
+                       "urls": [u for u in o.routes],
+                       "tls_timeout": o.cluster_tls.timeout if o.cluster_tls else 2}
         varz = {
             "server_id": s.server_id, "server_name": s.name, "version": info["version"],
             "proto": info["proto"], "go": info["go"], "host": o.host, "port": s.port,
+            **{k: True for k in ("tls_required", "tls_verify") if info.get(k)},
             "max_connections": o.max_connections, "ping_interval": int(o.ping_interval * _NS),
             "ping_max": o.ping_max, "http_host": o.host, "http_port": o.http_port,
-            "http_base_path": "", "https_port": 0, "auth_timeout": o.auth_timeout,
+            "http_base_path": "", "https_port": o.https_port, "auth_timeout": o.auth_timeout,
             "max_control_line": o.max_control_line, "max_payload": o.max_payload,
             "max_pending": o.max_pending, "cluster": cluster, "gateway": {}, "leaf": {},
-            "mqtt": {}, "websocket": {}, "jetstream": {}, "tls_timeout": 2,
+            "mqtt": {}, "websocket": {}, "jetstream": {},
+            "tls_timeout": o.tls.timeout if o.tls else 2,
             "write_deadline": int(o.write_deadline * _NS), "start": rfc3339(s.started),
             "now": rfc3339(now), "uptime": uptime(now - s.started), "mem": _rss(),
             "cores": os.cpu_count() or 1, "gomaxprocs": os.cpu_count() or 1, "cpu": cpu_pct,

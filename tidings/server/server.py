@@ -114,11 +114,16 @@ class Server:
         self.choose_deliver()
         if opts.tls is not None:
             from .tls import server_context
+            from .tls_session import TLSListener, client_greeter
 
             self.tls_context = server_context(opts.tls)
-        self._listener = await self.loop.create_server(
-            lambda: kind(self), opts.host, opts.port, reuse_address=True, backlog=4096
-        )
+            self._listener = await TLSListener(  # type: ignore[assignment]
+                self.tls_context, opts.tls.timeout, client_greeter(self, lambda: kind(self))
+            ).start(opts.host, opts.port)
+        else:
+            self._listener = await self.loop.create_server(
+                lambda: kind(self), opts.host, opts.port, reuse_address=True, backlog=4096
+            )
         self.port = self._listener.sockets[0].getsockname()[1]
         self.build_info()
         if opts.write_deadline > 0:

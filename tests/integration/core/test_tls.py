@@ -1,0 +1,480 @@
+"""TLS, each case run on tidings and on the reference nats-server started from the same
+configuration file: INFO's TLS keys, nats-py and tidings.client over TLS, TLS first (and its
+fall-back), client certificates required and refused, a plain client on a TLS port, a
+handshake that never ends, HTTPS monitoring, the configuration's errors and flags, the
+subject names verify_and_map gives, and routes over TLS.
+
+Certificates are made at test time (trustme): a CA, a server certificate for 127.0.0.1 and
+localhost, a client certificate with an email address, a DNS name and a subject, and one
+from another CA.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nats
+import pytest
+import trustme
+
+import tidings.client
+from tests.servers import free_port, nats_server_binary
+
+from .rawnats import RawConn
+
+pytestmark = pytest.mark.timeout(90)
+
+KINDS = ["tidings", "reference"]
+
+
+@dataclass
+class Certs:
+    ca: str
+    server: str
+    server_key: str
+    client: str
+    client_key: str
+    other: str
+    other_key: str
+
+    def context(self, client_cert: bool = False, other: bool = False) -> ssl.SSLContext:
+        """A client's context trusting our CA (with a client certificate)."""
+        ctx = ssl.create_default_context(cafile=self.ca)
+        if client_cert:
+            ctx.load_cert_chain(self.client, self.client_key)
+        if other:
+            ctx.load_cert_chain(self.other, self.other_key)
+        return ctx
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    d = tmp_path_factory.mktemp("certs")
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(d / "ca.pem")
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    server.cert_chain_pems[0].write_to_path(d / "server.pem")
+    server.private_key_pem.write_to_path(d / "server-key.pem")
+    client = ca.issue_cert("alice@example.com", "client.example.com", common_name="alice",
+                           organization_name="Acme", organization_unit_name="Eng")
+    client.cert_chain_pems[0].write_to_path(d / "client.pem")
+    client.private_key_pem.write_to_path(d / "client-key.pem")
+    other = trustme.CA().issue_cert("mallory@example.com")
+    other.cert_chain_pems[0].write_to_path(d / "other.pem")
+    other.private_key_pem.write_to_path(d / "other-key.pem")
+    return Certs(*(str(d / n) for n in ("ca.pem", "server.pem", "server-key.pem", "client.pem",
+                                        "client-key.pem", "other.pem", "other-key.pem")))
+
+
+def tls_block(certs: Certs, extra: str = "") -> str:
+    return (f'tls {{\n  cert_file: "{certs.server}"\n  key_file: "{certs.server_key}"\n'
+            f'  ca_file: "{certs.ca}"\n{extra}}}\n')
+
+
+@dataclass
+class Running:
+    kind: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def command(kind: str, conf: Path, *flags: str) -> list[str]:
+    if kind == "tidings":
+        return [sys.executable, "-m", "tidings", "server", "--no_streaming", "-c", str(conf),
+                *flags]
+    return [nats_server_binary(), "-c", str(conf), *flags]
+
+
+def wait_ready(port: int, proc: subprocess.Popen[bytes], first: ssl.SSLContext | None) -> None:
+    """Until the server answers with INFO: in the clear, or over TLS when it has TLS first
+    (`first`: the context to connect with)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                if first is None:
+                    if s.recv(4096).startswith(b"INFO"):
+                        return
+                else:
+                    with first.wrap_socket(s, server_hostname="127.0.0.1") as t:
+                        if t.recv(4096).startswith(b"INFO"):
+                            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"server on port {port} did not start")
+
+
+@contextlib.contextmanager
+def running(kind: str, tmp_path: Path, body: str, *flags: str,
+            first: ssl.SSLContext | None = None, port: int | None = None) -> Iterator[Running]:
+    """A server of `kind` on a configuration file of `body` (its listen line added)."""
+    port = port or free_port()
+    conf = tmp_path / f"{kind}-{port}.conf"
+    conf.write_text(f"listen: 127.0.0.1:{port}\n{body}")
+    log = tmp_path / f"{kind}-{port}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command(kind, conf, *flags), stdout=out, stderr=out)
+    try:
+        wait_ready(port, proc, first)
+        yield Running(kind, port, proc, log)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def raw_info(port: int) -> tuple[bytes, dict]:
+    with RawConn(port) as conn:
+        return conn.info_line, conn.info
+
+
+async def natspy_roundtrip(port: int, ctx: ssl.SSLContext, first: bool = False) -> bytes:
+    nc = await nats.connect(f"tls://127.0.0.1:{port}", tls=ctx, tls_handshake_first=first,
+                            allow_reconnect=False, connect_timeout=3)
+    try:
+        sub = await nc.subscribe("tls.test")
+        await nc.publish("tls.test", b"over tls")
+        return (await sub.next_msg(timeout=3)).data
+    finally:
+        await nc.close()
+
+
+async def tidings_roundtrip(port: int, ctx: ssl.SSLContext, first: bool = False) -> bytes:
+    nc = await tidings.client.connect(f"tls://127.0.0.1:{port}", tls=ctx,
+                                      tls_handshake_first=first, allow_reconnect=False)
+    try:
+        sub = await nc.subscribe("tls.test")
+        await nc.publish("tls.test", b"over tls")
+        return (await sub.next_msg(timeout=3)).data
+    finally:
+        await nc.close()
+
+
+# -- INFO -------------------------------------------------------------------------------------
+def test_info_keys_match_the_reference(certs: Certs, tmp_path: Path) -> None:
+    """tls_required (and tls_verify with verify) in INFO, where the reference puts them."""
+    orders = {}
+    for verify in (False, True):
+        for kind in KINDS:
+            body = tls_block(certs, "  verify: true\n" if verify else "")
+            with running(kind, tmp_path, body) as server:
+                line, info = raw_info(server.port)
+            assert line.endswith(b" \r\n"), kind
+            assert info["tls_required"] is True, kind
+            assert info.get("tls_verify") is (True if verify else None), kind
+            orders[kind, verify] = [k for k in json.loads(line[5:]) if k in (
+                "headers", "auth_required", "tls_required", "tls_verify", "max_payload",
+                "client_id")]
+        assert orders["tidings", verify] == orders["reference", verify]
+
+
+# -- clients over TLS ---------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS)
+async def test_natspy_and_tidings_client_over_tls(kind: str, certs: Certs, tmp_path: Path) -> None:
+    with running(kind, tmp_path, tls_block(certs)) as server:
+        assert await natspy_roundtrip(server.port, certs.context()) == b"over tls"
+        assert await tidings_roundtrip(server.port, certs.context()) == b"over tls"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_tls_first(kind: str, certs: Certs, tmp_path: Path) -> None:
+    """handshake_first: TLS at once, INFO over TLS; a client waiting for INFO in the clear
+    gets nothing and is closed after the TLS timeout."""
+    body = tls_block(certs, "  handshake_first: true\n  timeout: 1\n")
+    with running(kind, tmp_path, body, first=certs.context()) as server:
+        assert await natspy_roundtrip(server.port, certs.context(), first=True) == b"over tls"
+        assert await tidings_roundtrip(server.port, certs.context(), first=True) == b"over tls"
+        with RawConn(server.port, read_info=False) as plain:
+            assert plain.read_to_eof(timeout=5) == b""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_tls_first_falls_back_to_plain_info(kind: str, certs: Certs,
+                                                  tmp_path: Path) -> None:
+    """handshake_first: "300ms": a client that says nothing gets INFO in the clear after
+    that long (still tls_required, TLS after it), one that starts TLS gets TLS first."""
+    body = tls_block(certs, '  handshake_first: "300ms"\n')
+    with running(kind, tmp_path, body) as server:
+        started = time.monotonic()
+        with RawConn(server.port) as plain:
+            assert plain.info["tls_required"] is True
+        assert time.monotonic() - started >= 0.25
+        assert await natspy_roundtrip(server.port, certs.context(), first=True) == b"over tls"
+        assert await natspy_roundtrip(server.port, certs.context()) == b"over tls"
+
+
+# -- client certificates --------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS)
+async def test_client_certificates_required(kind: str, certs: Certs, tmp_path: Path) -> None:
+    body = tls_block(certs, "  verify: true\n")
+    with running(kind, tmp_path, body) as server:
+        assert await natspy_roundtrip(server.port, certs.context(client_cert=True)) \
+            == b"over tls"
+        for refused in (certs.context(), certs.context(other=True)):
+            with pytest.raises(Exception):  # noqa: B017 - nats-py words it its own way
+                await natspy_roundtrip(server.port, refused)
+        # The refusals are logged as errors: no certificate, one of another CA.
+        deadline = time.monotonic() + 5
+        while server.log_text().count("TLS handshake error") < 2 \
+                and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # the log file is written by another process
+        errors = [line for line in server.log_text().splitlines()
+                  if "TLS handshake error" in line]
+        assert len(errors) >= 2 and all("[ERR]" in line for line in errors), errors
+
+
+# -- what a wrong peer gets ------------------------------------------------------------------------
+def test_plain_client_on_a_tls_port_gets_what_the_reference_gives(certs: Certs,
+                                                                  tmp_path: Path) -> None:
+    """INFO, then CONNECT in the clear: the handshake fails on it, the connection closes
+    without a byte more (the reference logs it at debug level only)."""
+    answers = {}
+    for kind in KINDS:
+        with running(kind, tmp_path, tls_block(certs), "-D") as server:
+            with RawConn(server.port) as conn:
+                conn.send(b'CONNECT {"verbose":false}\r\nPING\r\n')
+                answers[kind] = conn.read_to_eof()
+            deadline = time.monotonic() + 5
+            while "first record does not look like a TLS handshake" not in server.log_text():
+                assert time.monotonic() < deadline, server.log_text()
+                time.sleep(0.05)
+    assert answers["tidings"] == answers["reference"] == b""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_stalled_handshake_is_closed_after_the_timeout(kind: str, certs: Certs,
+                                                             tmp_path: Path) -> None:
+    """A socket that never starts TLS, and one that sends half a ClientHello, are closed
+    after the TLS timeout (1 s), and nothing is sent on them; meanwhile another client keeps
+    getting its PONGs."""
+    body = tls_block(certs, "  timeout: 1\n")
+    with running(kind, tmp_path, body) as server:
+        started = time.monotonic()
+
+        async def stalled(send: bytes) -> tuple[bytes, float]:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            await reader.readline()  # INFO
+            writer.write(send)
+            rest = await asyncio.wait_for(reader.read(), 10)
+            writer.close()
+            return rest, time.monotonic() - started
+
+        waiting = [asyncio.ensure_future(stalled(b"")),
+                   asyncio.ensure_future(stalled(bytes.fromhex("160301020001")))]
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        await reader.readline()
+        # The healthy client upgrades after INFO, as the tidings and nats-py clients do.
+        await writer.start_tls(certs.context(), server_hostname="127.0.0.1")
+        writer.write(b'CONNECT {"verbose":false}\r\n')
+        pongs = 0
+        while not all(w.done() for w in waiting) or pongs < 2:
+            writer.write(b"PING\r\n")
+            assert await asyncio.wait_for(reader.readline(), 5) == b"PONG\r\n"
+            pongs += 1
+        for rest, elapsed in [w.result() for w in waiting]:
+            assert rest == b""
+            assert 0.8 <= elapsed < 6, elapsed
+        writer.write(b"PING\r\n")
+        assert await asyncio.wait_for(reader.readline(), 5) == b"PONG\r\n"
+        writer.close()
+
+
+# -- monitoring ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS)
+def test_https_monitoring(kind: str, certs: Certs, tmp_path: Path) -> None:
+    """/varz over HTTPS on https_port; with TLS the auth timeout defaults to the TLS
+    timeout (2 s) and one second, as the reference's."""
+    https = free_port()
+    with running(kind, tmp_path, tls_block(certs) + f"https_port: {https}\n") as server:
+        url = f"https://127.0.0.1:{https}/varz"
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with urllib.request.urlopen(url, context=certs.context(), timeout=5) as resp:
+                    varz = json.loads(resp.read())
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.proc.poll() is None
+                time.sleep(0.05)  # the monitor may start just after the client port
+    assert varz["tls_required"] is True
+    assert varz["https_port"] == https
+    assert (varz["auth_timeout"], varz["tls_timeout"]) == (3, 2)
+    with pytest.raises(OSError):  # not plain HTTP
+        urllib.request.urlopen(f"http://127.0.0.1:{https}/varz", timeout=5)
+
+
+# -- the configuration -----------------------------------------------------------------------------
+def run_config(kind: str, conf: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command(kind, conf, *flags), capture_output=True, text=True,
+                          timeout=30)
+
+
+@pytest.mark.parametrize("case, expected", [
+    ('  cert_file: "{missing}"\n  key_file: "{key}"\n',
+     ["error parsing X509 certificate/key pair", "no such file or directory", ":2:1:"]),
+    ('  cert_file: "{cert}"\n  key_file: "{key}"\n  bogus: 1\n',
+     ['unknown field "bogus"', ":5:3:"]),
+    ('  cert_file: "{cert}"\n', ["missing 'key_file' in TLS configuration"]),
+    ('  cert_file: "{cert}"\n  key_file: "{key}"\n  handshake_first: "soon"\n',
+     ['field "handshake_first"\'s value "soon" is invalid']),
+])
+def test_configuration_errors_as_the_reference(case: str, expected: list[str], certs: Certs,
+                                               tmp_path: Path) -> None:
+    conf = tmp_path / "bad.conf"
+    block = case.format(missing=tmp_path / "nope.pem", cert=certs.server, key=certs.server_key)
+    conf.write_text(f"listen: 127.0.0.1:{free_port()}\ntls {{\n{block}}}\n")
+    for kind in KINDS:
+        done = run_config(kind, conf)
+        assert done.returncode == 1, (kind, done.stderr)
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "Traceback" not in done.stderr, (kind, done.stderr)
+        for text in expected:
+            assert text in lines[0], (kind, lines[0])
+
+
+def test_tls_flags(certs: Certs, tmp_path: Path) -> None:
+    """--tls --tlscert --tlskey (and --tlsverify --tlscacert) as the reference's; a missing
+    key is refused in its words."""
+    conf = tmp_path / "empty.conf"
+    conf.write_text("")
+    for kind in KINDS:
+        done = run_config(kind, conf, "--tls", "--tlscert", certs.server)
+        assert done.returncode == 1
+        assert "TLS Server private key must be present and valid" in done.stderr, kind
+        flags = ["--tlsverify", "--tlscert", certs.server, "--tlskey", certs.server_key,
+                 "--tlscacert", certs.ca]
+        with running(kind, tmp_path, "", *flags) as server:
+            _, info = raw_info(server.port)
+            assert (info["tls_required"], info["tls_verify"]) == (True, True), kind
+
+
+# -- verify_and_map: the names the reference tries -------------------------------------------------
+def _tricky_client_cert(d: Path, ca: trustme.CA) -> tuple[str, str]:
+    """A certificate whose subject is in no order Go's would write, with domain components
+    and a value to escape: CN first, then DCs, O twice, OU, C."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([
+        x509.NameAttribute(NameOID.COMMON_NAME, "Bob, Jr."),
+        x509.NameAttribute(NameOID.DOMAIN_COMPONENT, "example"),
+        x509.NameAttribute(NameOID.DOMAIN_COMPONENT, "com"),
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Acme"),
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Acme Labs"),
+        x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "#ops"),
+        x509.NameAttribute(NameOID.COUNTRY_NAME, "NL"),
+    ])
+    issuer_cert = x509.load_pem_x509_certificate(ca.cert_pem.bytes())
+    issuer_key = serialization.load_pem_private_key(ca.private_key_pem.bytes(), None)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer_cert.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .sign(issuer_key, hashes.SHA256()))  # type: ignore[arg-type]
+    (d / "tricky.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (d / "tricky-key.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    return str(d / "tricky.pem"), str(d / "tricky-key.pem")
+
+
+async def test_verify_and_map_names_are_those_the_reference_tries(tmp_path: Path) -> None:
+    """certificate_identities' subject names, given to the reference as its only user, let
+    that certificate in, by the reference's literal subject match (its log says which)."""
+    from tidings.server.tls import certificate_identities
+
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(tmp_path / "ca.pem")
+    server = ca.issue_cert("127.0.0.1")
+    server.cert_chain_pems[0].write_to_path(tmp_path / "s.pem")
+    server.private_key_pem.write_to_path(tmp_path / "s-key.pem")
+    cert, key = _tricky_client_cert(tmp_path, ca)
+    ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+    ctx.load_cert_chain(cert, key)
+    peercert = ssl._ssl._test_decode_cert(cert)  # type: ignore[attr-defined]
+    names = certificate_identities(peercert)
+    assert names == ["CN=Bob\\, Jr.,OU=\\#ops,O=Acme+O=Acme Labs,C=NL,DC=example,DC=com",
+                     "CN=Bob\\, Jr.,OU=\\#ops,O=Acme+O=Acme Labs,C=NL"]
+    for name, how in zip(names, ("Using RDNSequence for auth", "Using certificate subject"),
+                         strict=True):
+        body = (f'tls {{\n  cert_file: "{tmp_path}/s.pem"\n  key_file: "{tmp_path}/s-key.pem"\n'
+                f'  ca_file: "{tmp_path}/ca.pem"\n  verify_and_map: true\n}}\n'
+                f"authorization {{ users = [ {{user: {json.dumps(name)}}} ] }}\n")
+        with running("reference", tmp_path, body, "-D") as ref:
+            assert await natspy_roundtrip(ref.port, ctx) == b"over tls"
+            assert how in ref.log_text()
+
+
+# -- routes ----------------------------------------------------------------------------------------
+def cluster_body(certs: Certs, route_port: int, peer_port: int) -> str:
+    return (f"cluster {{\n  name: tls_cluster\n  listen: 127.0.0.1:{route_port}\n"
+            f'  routes: ["nats://127.0.0.1:{peer_port}"]\n'
+            + "  " + tls_block(certs, "  timeout: 2\n").replace("\n", "\n  ") + "}\n")
+
+
+async def message_crosses(pub_port: int, sub_port: int) -> bool:
+    """Whether a message published on one server reaches a subscriber on the other (the
+    route may take a moment to be made: published again until it arrives)."""
+    a = await nats.connect(f"nats://127.0.0.1:{pub_port}")
+    b = await nats.connect(f"nats://127.0.0.1:{sub_port}")
+    try:
+        sub = await b.subscribe("over.route")
+        await b.flush()
+        for _ in range(100):
+            await a.publish("over.route", b"routed")
+            await a.flush()
+            try:
+                return (await sub.next_msg(timeout=0.2)).data == b"routed"
+            except nats.errors.TimeoutError:
+                continue
+        return False
+    finally:
+        await a.close()
+        await b.close()
+
+
+@pytest.mark.parametrize("peer", ["tidings", "reference"])
+async def test_routes_over_tls(peer: str, certs: Certs, tmp_path: Path) -> None:
+    """A TLS cluster of tidings and `peer`: messages cross both ways; the route port speaks
+    TLS first, with a verified client certificate, and its INFO says tls_required and
+    tls_verify."""
+    r1, r2 = free_port(), free_port()
+    with running("tidings", tmp_path, cluster_body(certs, r1, r2)) as one, \
+            running(peer, tmp_path, cluster_body(certs, r2, r1)) as two:
+        assert await message_crosses(one.port, two.port)
+        assert await message_crosses(two.port, one.port)
+        for route_port in (r1, r2):
+            with socket.create_connection(("127.0.0.1", route_port), timeout=5) as s:
+                with certs.context(client_cert=True).wrap_socket(
+                        s, server_hostname="127.0.0.1") as t:
+                    line = t.recv(65536)
+            info = json.loads(line[5:line.index(b"\r\n")])
+            assert (info["tls_required"], info["tls_verify"]) == (True, True)
