@@ -478,3 +478,35 @@ async def test_routes_over_tls(peer: str, certs: Certs, tmp_path: Path) -> None:
                     line = t.recv(65536)
             info = json.loads(line[5:line.index(b"\r\n")])
             assert (info["tls_required"], info["tls_verify"]) == (True, True)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_verify_and_map_logs_in_as_the_certificate_user(kind: str, certs: Certs,
+                                                              tmp_path: Path) -> None:
+    """The client certificate's email names the user, whose permissions then hold; a
+    certificate that names nobody (same CA) is refused."""
+    body = (tls_block(certs, "  verify_and_map: true\n")
+            + 'authorization { users = [\n'
+              '  {user: "alice@example.com", permissions: {publish: "tls.>", subscribe: "tls.>"}}\n'
+              '  {user: "CN=nobody"}\n] }\n')
+    with running(kind, tmp_path, body) as server:
+        assert await natspy_roundtrip(server.port, certs.context(client_cert=True)) == b"over tls"
+        errors: list[Exception] = []
+        refused = asyncio.Event()
+
+        async def on_error(exc: Exception) -> None:
+            errors.append(exc)
+            refused.set()
+
+        nc = await nats.connect(f"tls://127.0.0.1:{server.port}", error_cb=on_error,
+                                tls=certs.context(client_cert=True), allow_reconnect=False)
+        await nc.publish("elsewhere", b"x")
+        await nc.flush()
+        await asyncio.wait_for(refused.wait(), 5)
+        assert 'permissions violation for publish to "elsewhere"' in str(errors[0]).lower()
+        await nc.close()
+    unnamed = ('authorization { users = [ {user: "bob@example.com"} ] }\n')
+    with running(kind, tmp_path, tls_block(certs, "  verify_and_map: true\n") + unnamed) as server:
+        with pytest.raises(Exception, match="Authorization Violation"):
+            await nats.connect(f"tls://127.0.0.1:{server.port}", allow_reconnect=False,
+                               tls=certs.context(client_cert=True), max_reconnect_attempts=0)

@@ -510,3 +510,35 @@ async def test_ws_reader_keeping_up_gets_a_burst_bigger_than_max_pending(
     finally:
         srv.stop()
     assert "slow consumer" not in srv.log.read_text().lower()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_websocket_authorization_of_its_own(kind: str, tmp_path: Path) -> None:
+    """The websocket block's authorization holds for WebSocket clients only (INFO says
+    so to them); TCP clients of a server without auth need none."""
+    block = "  no_tls: true\n  authorization { user: web, password: pw, timeout: 1 }"
+    server = start(kind, tmp_path, block)
+    try:
+        tcp = await natspy(server.url)
+        host = server.ws_url.removeprefix("ws://")
+        web = await natspy(f"ws://web:pw@{host}")
+        sub = await tcp.subscribe("from.web")
+        await tcp.flush()
+        await web.publish("from.web", b"hello")
+        assert (await sub.next_msg(timeout=5)).data == b"hello"
+        await web.close()
+        await tcp.close()
+        with pytest.raises(Exception, match="Authorization Violation"):
+            await nats.connect(f"ws://web:nope@{host}", allow_reconnect=False,
+                               max_reconnect_attempts=0, connect_timeout=5)
+        session, ws = await ws_session(server.ws_url)
+        try:
+            info = (await frame(ws)).data
+            assert b'"auth_required":true' in info, kind
+            # no CONNECT within the websocket block's own timeout (1 s)
+            assert b"Authentication Timeout" in await read_until(ws, b"Authentication Timeout")
+        finally:
+            await ws.close()
+            await session.close()
+    finally:
+        server.stop()
