@@ -189,6 +189,21 @@ class Replies:
         return True
 
 
+def note_reply(plain: Iterable[Any], groups: Iterable[Iterable[Any]], reply: bytes) -> None:
+    """A request with `reply` goes to these subscriptions: their clients that have
+    allow_responses may publish to it. (Every member of a queue group is told, not only the
+    one picked: the others never see the reply subject, so they cannot use it.)"""
+    for sub in plain:
+        replies = getattr(sub.client, "replies", None)
+        if replies is not None:
+            replies.add(reply)
+    for group in groups:
+        for sub in group:
+            replies = getattr(sub.client, "replies", None)
+            if replies is not None:
+                replies.add(reply)
+
+
 # -- authentication ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Login:
@@ -292,10 +307,6 @@ class Authenticator:
         ws = options.websocket
         self.ws_override = ws is not None and bool(ws.user or ws.token or ws.no_auth_user)
         self.nonce_required = bool(self.nkeys)
-        self.any_responses = any(
-            login.rights is not None and login.rights.responses is not None
-            for _, login in (*self.users.values(), *self.nkeys.values())
-        )
         self.tls_map = options.tls is not None and options.tls.verify_and_map
         self.ws_tls_map = bool(ws and ws.tls and ws.tls.verify_and_map)
 

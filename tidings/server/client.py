@@ -269,10 +269,12 @@ class ClientConnection(Connection):
         self.parser.route_pubs_to(self._checked_pub if checked else self.on_pub,
                                   skip_unrouted=self.skips_unrouted and not checked)
         responses = rights.responses if rights is not None else None
+        had = self.replies is not None
         if responses is None:
             self.replies = None
         elif self.replies is None or self.replies.limits != responses:
             self.replies = Replies(responses)
+        self.server.responders += (self.replies is not None) - had
 
     def on_ping(self) -> None:
         self.queue(PONG)

@@ -20,7 +20,7 @@ from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
 from ..signals import SERVER_SIGNALS, trap_unsupported_signals
 from ..turns import LoopTurns
 from . import flow
-from .auth import Authenticator, Bcrypt, new_nonce
+from .auth import Authenticator, Bcrypt, new_nonce, note_reply
 from .client import ClientConnection
 from .connection import Connection, Frame
 from .options import ServerOptions
@@ -90,6 +90,9 @@ class Server:
         self._stopped = asyncio.Event()
         self._info: dict[str, Any] = {}
         self._all_gone: asyncio.Event | None = None  # set when shutdown has closed everyone
+        # Clients with allow_responses connected now: only then are requests' reply
+        # subjects noted for them (see route), so that others pay nothing.
+        self.responders = 0
         # The embedded streaming server's credentials, whatever users are configured.
         self.internal_token = secrets.token_urlsafe(24)
         self.auth = Authenticator(self.options, self.internal_token)
@@ -165,16 +168,12 @@ class Server:
         log.info("Server is ready")
 
     def choose_deliver(self) -> None:
-        """How messages are handed to subscribers: plainly, traced (-V), and noting the
-        reply subjects clients with allow_responses may answer, only when some user has it,
-        so that a server without permissions pays nothing for them."""
+        """How messages are handed to subscribers: plainly, or traced (-V)."""
         deliver = self._deliver
         if self.options.trace:
             from .trace_log import traced_deliver
 
             deliver = traced_deliver(self)
-        if self.auth.any_responses:
-            deliver = noting_replies(deliver)
         self.deliver = deliver
 
     def set_auth(self) -> None:
@@ -424,6 +423,8 @@ class Server:
                 client_item(client, now, stop=now, reason=client.close_reason or "Client Closed")
             )
         self.internal.discard(client.cid)
+        if client.replies is not None:
+            self.responders -= 1
         if self._all_gone is not None and not self.clients:
             self._all_gone.set()
         subs = list(client.subs.values())
@@ -477,6 +478,10 @@ class Server:
             # Other servers' interest: each route gets the message once (cluster/).
             if self.cluster.forward(pub, subject, reply, frame, plain_frame, remote, deliver):
                 delivered = True
+        if reply and self.responders:
+            note_reply(plain, groups, reply)
+            if remote is not None:
+                note_reply((), remote.groups, reply)  # our members of mixed queue groups
         if not delivered and reply and pub is not None and pub.no_responders:
             pub.no_responders_reply(subject, reply)
 
@@ -502,6 +507,8 @@ class Server:
             queues = (direct.queue,)  # gone meanwhile: another member of its group here
         result = self.sublist.cache.get(subject) or self.sublist.match(subject)
         plain, groups, remote = result
+        if reply and self.responders:
+            note_reply(plain, groups, reply)
         if direct is None:
             for sub in plain:
                 deliver(route, sub, frame, plain_frame)
@@ -638,33 +645,6 @@ def _with_auth_required(info: dict[str, Any]) -> dict[str, Any]:
             out["auth_required"] = True
         out[key] = value
     return out
-
-
-def noting_replies(deliver: Callable[..., bool]) -> Callable[..., bool]:
-    """`deliver`, also noting the reply subject of a request delivered to a client with
-    allow_responses, which may then publish to it (auth.Replies)."""
-
-    def deliver_noting(pub: Connection | None, sub: Subscription, frame: Frame,
-                       plain_frame: Frame | None) -> bool:
-        if not deliver(pub, sub, frame, plain_frame):
-            return False
-        replies = getattr(sub.client, "replies", None)
-        if replies is not None:
-            reply = _reply_of(frame)
-            if reply is not None:
-                replies.add(reply)
-        return True
-
-    return deliver_noting
-
-
-def _reply_of(frame: Frame) -> bytes | None:
-    """The reply subject of a MSG/HMSG frame (see connection.msg_frame), if it has one."""
-    head, tail = frame[0], frame[1]
-    line = tail[: tail.find(b"\r\n")]
-    fields = line.split(b" ")
-    sizes = 2 if head.startswith(b"HMSG") else 1
-    return fields[0] if len(fields) > sizes else None
 
 
 def install_uvloop() -> bool:

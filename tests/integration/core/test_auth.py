@@ -42,6 +42,8 @@ authorization {{
     }}}}
     {{user: bob, password: pw, permissions: {{publish: "b.>", subscribe: ">",
                                             allow_responses: true}}}}
+    {{user: erin, password: pw, permissions: {{subscribe: ">",
+                                             allow_responses: {{max: 2, expires: "1m"}}}}}}
     {{user: carol, password: pw, permissions: {{subscribe: {{allow: ">", deny: "a.secret"}}}}}}
     {{user: dave, password: "{HASH}"}}
     {{user: root, password: pw}}
@@ -143,11 +145,13 @@ def test_subscription_covering_more_than_allowed_gets_only_allowed(
         assert got == (b"MSG a.b 1 1\r\n1\r\n" if accepted else b"")
 
 
-def test_allow_responses_lets_a_reply_out_once(users: dict[str, RunningServer]) -> None:
+@pytest.mark.parametrize(("user", "allowed"), [("bob", 1), ("erin", 2)])
+def test_allow_responses_lets_replies_out(users: dict[str, RunningServer], user: str,
+                                          allowed: int) -> None:
     answers = {}
     for kind, server in users.items():
         with RawConn(server.port) as svc, RawConn(server.port) as req:
-            svc.connect(connect_line("bob"))
+            svc.connect(connect_line(user))
             svc.send(b"SUB svc 1\r\n")
             svc.barrier()
             req.connect(connect_line("root"))
@@ -155,10 +159,11 @@ def test_allow_responses_lets_a_reply_out_once(users: dict[str, RunningServer]) 
             req.barrier()
             assert svc.read_line() == b"MSG svc 1 reply.1 2\r\n", kind
             assert svc.read_line() == b"hi\r\n"
-            svc.send(b"PUB reply.1 2\r\nok\r\nPUB reply.1 5\r\nagain\r\nPUB reply.2 0\r\n\r\n")
+            svc.send(b"PUB reply.1 2\r\nok\r\nPUB reply.1 2\r\nok\r\nPUB reply.1 2\r\nok\r\n"
+                     b"PUB reply.2 0\r\n\r\n")
             answers[kind] = (svc.barrier(), req.barrier())
     assert answers["tidings"] == answers["reference"]
-    assert answers["tidings"][1] == b"MSG reply.1 9 2\r\nok\r\n"
+    assert answers["tidings"][1] == b"MSG reply.1 9 2\r\nok\r\n" * allowed
 
 
 def _nonce_signature(port: int) -> tuple[RawConn, str]:
