@@ -221,6 +221,39 @@ async def test_natspy_with_nkeys_bcrypt_and_permissions(users: dict[str, Running
         await dave.close()
 
 
+async def test_tidings_client_with_nkeys_bcrypt_and_permissions(
+        users: dict[str, RunningServer]) -> None:
+    import tidings.client
+
+    for kind, server in users.items():
+        errors: list[Exception] = []
+        refused = asyncio.Event()
+
+        async def on_error(exc: Exception, errors: list[Exception] = errors,
+                           refused: asyncio.Event = refused) -> None:
+            errors.append(exc)
+            refused.set()
+
+        nc = await tidings.client.connect(server.url, nkeys_seed_str=SEED.decode(),
+                                          error_cb=on_error, allow_reconnect=False)
+        dave = await tidings.client.connect(server.url, user="dave", password="s3cret",
+                                            allow_reconnect=False)
+        sub = await dave.subscribe("n.>")
+        await dave.flush()
+        await nc.publish("n.two", b"2")
+        await nc.publish("elsewhere", b"3")
+        await nc.flush()
+        msg = await sub.next_msg(timeout=5)
+        assert (msg.subject, msg.data) == ("n.two", b"2"), kind
+        await asyncio.wait_for(refused.wait(), 5)
+        assert "permissions violation for publish" in str(errors[0]).lower(), kind
+        with pytest.raises(Exception, match="authorization failed"):
+            await tidings.client.connect(server.url, user="dave", password="wrong",
+                                         allow_reconnect=False)
+        await nc.close()
+        await dave.close()
+
+
 async def test_failed_bcrypt_logins_do_not_hold_up_other_clients(
         users: dict[str, RunningServer]) -> None:
     """While 60 wrong bcrypt passwords are checked, another client's PINGs are answered."""
