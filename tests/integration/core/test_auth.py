@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import signal
 import socket
@@ -191,7 +192,12 @@ def test_nkey_signature_over_this_connection_nonce_only(users: dict[str, Running
             assert first.barrier() == b"-ERR 'Permissions Violation for Publish to \"x\"'\r\n"
 
 
-async def test_natspy_with_nkeys_bcrypt_and_permissions(users: dict[str, RunningServer]) -> None:
+@pytest.mark.parametrize("client", ["nats-py", "tidings.client"])
+async def test_clients_with_nkeys_bcrypt_and_permissions(users: dict[str, RunningServer],
+                                                         client: str) -> None:
+    import tidings.client
+
+    connect = nats.connect if client == "nats-py" else tidings.client.connect
     for kind, server in users.items():
         errors: list[Exception] = []
         refused = asyncio.Event()
@@ -201,55 +207,28 @@ async def test_natspy_with_nkeys_bcrypt_and_permissions(users: dict[str, Running
             errors.append(exc)
             refused.set()
 
-        nc = await nats.connect(server.url, nkeys_seed_str=SEED.decode(), error_cb=on_error,
-                                allow_reconnect=False)
-        dave = await nats.connect(server.url, user="dave", password="s3cret",
-                                  allow_reconnect=False)
+        nc = await connect(server.url, nkeys_seed_str=SEED.decode(), error_cb=on_error,
+                           allow_reconnect=False)
+        dave = await connect(server.url, user="dave", password="s3cret", allow_reconnect=False)
         sub = await dave.subscribe("n.>")
         await dave.flush()
-        await nc.publish("n.one", b"1")
         await nc.publish("elsewhere", b"2")
-        await nc.flush()
-        msg = await sub.next_msg(timeout=5)
+        # (Sent again until it arrives: about once in twenty runs the reference does not
+        # deliver the first message to a subscription made just before; tidings always does.)
+        for _ in range(10):
+            await nc.publish("n.one", b"1")
+            await nc.flush()
+            with contextlib.suppress(nats.errors.TimeoutError, asyncio.TimeoutError):
+                msg = await sub.next_msg(timeout=0.5)
+                break
         assert (msg.subject, msg.data) == ("n.one", b"1"), kind
         await asyncio.wait_for(refused.wait(), 5)
         assert "permissions violation for publish" in str(errors[0]).lower(), kind
-        with pytest.raises(Exception, match="Authorization Violation"):
-            await nats.connect(server.url, nkeys_seed_str=OTHER_SEED.decode(),
-                               allow_reconnect=False, max_reconnect_attempts=0)
-        await nc.close()
-        await dave.close()
-
-
-async def test_tidings_client_with_nkeys_bcrypt_and_permissions(
-        users: dict[str, RunningServer]) -> None:
-    import tidings.client
-
-    for kind, server in users.items():
-        errors: list[Exception] = []
-        refused = asyncio.Event()
-
-        async def on_error(exc: Exception, errors: list[Exception] = errors,
-                           refused: asyncio.Event = refused) -> None:
-            errors.append(exc)
-            refused.set()
-
-        nc = await tidings.client.connect(server.url, nkeys_seed_str=SEED.decode(),
-                                          error_cb=on_error, allow_reconnect=False)
-        dave = await tidings.client.connect(server.url, user="dave", password="s3cret",
-                                            allow_reconnect=False)
-        sub = await dave.subscribe("n.>")
-        await dave.flush()
-        await nc.publish("n.two", b"2")
-        await nc.publish("elsewhere", b"3")
-        await nc.flush()
-        msg = await sub.next_msg(timeout=5)
-        assert (msg.subject, msg.data) == ("n.two", b"2"), kind
-        await asyncio.wait_for(refused.wait(), 5)
-        assert "permissions violation for publish" in str(errors[0]).lower(), kind
-        with pytest.raises(Exception, match="authorization failed"):
-            await tidings.client.connect(server.url, user="dave", password="wrong",
-                                         allow_reconnect=False)
+        for wrong in ({"nkeys_seed_str": OTHER_SEED.decode()},
+                      {"user": "dave", "password": "wrong"}):
+            with pytest.raises(Exception, match="(?i)authorization (violation|failed)"):
+                await connect(server.url, allow_reconnect=False, max_reconnect_attempts=0,
+                              **wrong)
         await nc.close()
         await dave.close()
 
