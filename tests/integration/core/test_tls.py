@@ -148,26 +148,26 @@ def raw_info(port: int) -> tuple[bytes, dict]:
         return conn.info_line, conn.info
 
 
-async def natspy_roundtrip(port: int, ctx: ssl.SSLContext, first: bool = False) -> bytes:
-    nc = await nats.connect(f"tls://127.0.0.1:{port}", tls=ctx, tls_handshake_first=first,
-                            allow_reconnect=False, connect_timeout=3)
+async def roundtrip(port: int, ctx: ssl.SSLContext, first: bool = False,
+                    client: str = "nats-py") -> bytes:
+    """A message to ourselves over TLS, with nats-py or tidings.client."""
+    connect = nats.connect if client == "nats-py" else tidings.client.connect
+    nc = await connect(f"tls://127.0.0.1:{port}", tls=ctx, tls_handshake_first=first,
+                       allow_reconnect=False, connect_timeout=3)
     try:
         sub = await nc.subscribe("tls.test")
         await nc.publish("tls.test", b"over tls")
         return (await sub.next_msg(timeout=3)).data
     finally:
         await nc.close()
+
+
+async def natspy_roundtrip(port: int, ctx: ssl.SSLContext, first: bool = False) -> bytes:
+    return await roundtrip(port, ctx, first)
 
 
 async def tidings_roundtrip(port: int, ctx: ssl.SSLContext, first: bool = False) -> bytes:
-    nc = await tidings.client.connect(f"tls://127.0.0.1:{port}", tls=ctx,
-                                      tls_handshake_first=first, allow_reconnect=False)
-    try:
-        sub = await nc.subscribe("tls.test")
-        await nc.publish("tls.test", b"over tls")
-        return (await sub.next_msg(timeout=3)).data
-    finally:
-        await nc.close()
+    return await roundtrip(port, ctx, first, client="tidings.client")
 
 
 # -- INFO -------------------------------------------------------------------------------------
