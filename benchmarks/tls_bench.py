@@ -16,28 +16,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import socket
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # runnable from a checkout
+    sys.path.insert(0, str(ROOT))
+
+from tests.servers import RunningServer, start_configured  # noqa: E402
+
 SUBJECT = b"tls.bench"
 PAYLOAD = b"x" * 16
 PUB = b"PUB %s %d\r\n%s\r\n" % (SUBJECT, len(PAYLOAD), PAYLOAD)
 MSG_SIZE = len(b"MSG %s 1 %d\r\n%s\r\n" % (SUBJECT, len(PAYLOAD), PAYLOAD))
 BATCH = PUB * 2048
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_certs(d: Path) -> tuple[str, str, str]:
@@ -51,28 +47,8 @@ def make_certs(d: Path) -> tuple[str, str, str]:
     return str(d / "ca.pem"), str(d / "server.pem"), str(d / "server-key.pem")
 
 
-def start(kind: str, d: Path, cert: str, key: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    conf = d / f"{kind}.conf"
-    conf.write_text(f'listen: 127.0.0.1:{port}\ntls {{\n  cert_file: "{cert}"\n'
-                    f'  key_file: "{key}"\n}}\n')
-    if kind == "tidings":
-        argv = [sys.executable, "-m", "tidings", "server", "--no_streaming", "-q", "-c", str(conf)]
-    else:
-        beside = Path(sys.executable).parent / "nats-server"
-        argv = [str(beside) if beside.exists() else shutil.which("nats-server") or "nats-server",
-                "-c", str(conf)]
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                if s.recv(4096).startswith(b"INFO"):
-                    return proc, port
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"{kind} server did not start")
+def start(kind: str, cert: str, key: str) -> RunningServer:
+    return start_configured(kind, f'tls {{\n  cert_file: "{cert}"\n  key_file: "{key}"\n}}\n')
 
 
 async def open_tls(port: int, ctx: ssl.SSLContext) -> tuple[asyncio.StreamReader,
@@ -134,16 +110,15 @@ def measure(duration: float = 2.0, repeat: int = 3) -> dict[str, float]:
         d = Path(tmp)
         ca, cert, key = make_certs(d)
         ctx = ssl.create_default_context(cafile=ca)
-        procs = {kind: start(kind, d, cert, key) for kind in ("reference", "tidings")}
-        figures: dict[str, list[float]] = {kind: [] for kind in procs}
+        servers = {kind: start(kind, cert, key) for kind in ("reference", "tidings")}
+        figures: dict[str, list[float]] = {kind: [] for kind in servers}
         try:
             for _ in range(repeat):
-                for kind, (_, port) in procs.items():  # A/B/A/B
-                    figures[kind].append(asyncio.run(one_run(port, ctx, duration)))
+                for kind, server in servers.items():  # A/B/A/B
+                    figures[kind].append(asyncio.run(one_run(server.port, ctx, duration)))
         finally:
-            for proc, _ in procs.values():
-                proc.terminate()
-                proc.wait(10)
+            for server in servers.values():
+                server.stop()
     return {kind: statistics.median(values) for kind, values in figures.items()}
 
 

@@ -14,51 +14,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # runnable from a checkout
+    sys.path.insert(0, str(ROOT))
+
+from tests.servers import (  # noqa: E402
+    RunningServer,
+    free_port,
+    start_configured,
+    wait_listening,
+)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
-
-
-def start(kind: str, tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port, ws_port = free_port(), free_port()
-    conf = tmp / f"{kind}.conf"
-    conf.write_text(f"listen: 127.0.0.1:{port}\n"
-                    f"websocket {{ listen: 127.0.0.1:{ws_port}, no_tls: true }}\n")
-    if kind == "tidings":
-        cmd = [sys.executable, "-m", "tidings", "server", "--no_streaming", "-q", "-c", str(conf)]
-    else:
-        cmd = [str(Path(sys.executable).parent / "nats-server"), "-c", str(conf)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-    wait_port(port, proc)
-    wait_port(ws_port, proc)
-    return proc, ws_port
+def start(kind: str) -> tuple[RunningServer, int]:
+    """A server of `kind` with a plain WebSocket listener: (the server, its ws port)."""
+    ws_port = free_port()
+    server = start_configured(kind, f"websocket {{ listen: 127.0.0.1:{ws_port}, no_tls: true }}\n")
+    wait_listening(ws_port, server.proc)
+    return server, ws_port
 
 
 async def _handshake(ws: aiohttp.ClientWebSocketResponse, extra: bytes = b"") -> None:
@@ -109,19 +89,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict[tuple[str, int], list[float]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        servers = {kind: start(kind, Path(tmp)) for kind in ("reference", "tidings")}
-        try:
-            for size in sizes:
-                count = args.count if size <= 1024 else args.count // 10
-                for _ in range(args.repeat):
-                    for kind, (_, ws_port) in servers.items():
-                        rate = asyncio.run(pubsub(ws_port, size, count))
-                        results.setdefault((kind, size), []).append(rate)
-        finally:
-            for proc, _ in servers.values():
-                proc.terminate()
-                proc.wait(10)
+    servers = {kind: start(kind) for kind in ("reference", "tidings")}
+    try:
+        for size in sizes:
+            count = args.count if size <= 1024 else args.count // 10
+            for _ in range(args.repeat):
+                for kind, (_, ws_port) in servers.items():
+                    rate = asyncio.run(pubsub(ws_port, size, count))
+                    results.setdefault((kind, size), []).append(rate)
+    finally:
+        for server, _ in servers.values():
+            server.stop()
     print(f"{'workload':<24}{'reference':>14}{'tidings':>14}{'ratio':>8}")
     for size in sizes:
         ref = statistics.median(results[("reference", size)])

@@ -90,6 +90,20 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 15.0)
     raise RuntimeError(f"server on port {port} did not start")
 
 
+def wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    """Until something accepts on `port` (a listener that sends no INFO: WebSocket)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.02)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
 _TIDINGS_FLAGS = {
     "max_payload": "--max_payload",
     "max_control_line": "--max_control_line",

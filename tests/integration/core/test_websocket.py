@@ -12,7 +12,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 import tidings.client
-from tests.servers import _wait_ready, free_port, nats_server_binary
+from tests.servers import _wait_ready, free_port, nats_server_binary, wait_listening
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -57,20 +56,6 @@ class WsServer:
                 self.proc.wait(5)
 
 
-def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
-    """Until something accepts on `port` (the WebSocket listener starts after the TCP one)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise RuntimeError(f"nothing listens on {port}")
-
-
 def command(kind: str, conf: Path) -> list[str]:
     if kind == "tidings":
         return [sys.executable, "-m", "tidings", "server", "--no_streaming", "-c", str(conf)]
@@ -86,7 +71,7 @@ def start(kind: str, tmp: Path, ws_block: str, top: str = "") -> WsServer:
     with log.open("wb") as out:
         proc = subprocess.Popen(command(kind, conf), stdout=out, stderr=subprocess.STDOUT)
     _wait_ready(port, proc)
-    wait_port(ws_port, proc)
+    wait_listening(ws_port, proc)
     return WsServer(kind, port, ws_port, proc, log)
 
 
