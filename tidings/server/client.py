@@ -303,6 +303,17 @@ class ClientConnection(Connection):
         if self.verbose:
             self.queue(OK)
 
+    def authorized_user(self) -> str:
+        """Who the client logged in as, as the reference's /connz?auth=1 shows it: the
+        nkey, the user (also one taken from a certificate or no_auth_user), or a redacted
+        token."""
+        login, sent = self.login, self.credentials
+        if login.nkey:
+            return login.nkey
+        if login.user or sent.get("user"):
+            return login.user or str(sent["user"])
+        return "[REDACTED]" if sent.get("auth_token") else ""
+
     def subscription_refused(self, subject: bytes, queue: bytes | None, sid: bytes) -> None:
         """-ERR and a log line in the reference's words; the connection stays."""
         subj = _quoted(subject)

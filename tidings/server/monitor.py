@@ -174,10 +174,13 @@ class Monitor:
             listed += s.closed_clients
             total = len(listed)
             items = [dict(item) for item in listed[offset : offset + limit]]
+        auth = request.query.get("auth", "").lower() in ("1", "true")
         out = []
         for item in items:
             if not subs:
                 item.pop("subscriptions_list", None)
+            if not auth:
+                item.pop("authorized_user", None)
             out.append(item)
         return json_response({
             "server_id": s.server_id, "now": rfc3339(now), "num_connections": len(out),
@@ -281,6 +284,13 @@ def client_item(c: Any, now: float, stop: float = 0.0, reason: str = "") -> dict
         value = getattr(c, field, "")
         if value:
             item[field] = value
+    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+    if ssl_object is not None:
+        item["tls_version"] = (ssl_object.version() or "").replace("TLSv", "")
+        item["tls_cipher_suite"] = (ssl_object.cipher() or ("",))[0]
+    user = c.authorized_user()
+    if user:
+        item["authorized_user"] = user  # shown with ?auth=1 only (connz)
     item["subscriptions_list"] = [sub.subject.decode(errors="replace") for sub in c.subs.values()]
     return item
 

@@ -406,3 +406,33 @@ def test_embedded_streaming_connects_whatever_users_there_are(tmp_path: Path) ->
         proc.terminate()
         out = proc.communicate(timeout=10)[1]
     assert "Authorization Violation" not in out and "authentication error" not in out
+
+
+def test_connz_shows_who_logged_in_with_auth_only() -> None:
+    import json
+    import urllib.request
+
+    from tests.servers import free_port
+
+    seen = {}
+    for kind in KINDS:
+        http = free_port()
+        server = start_configured(kind, USERS, extra_args=["-m", str(http)])
+        try:
+            with RawConn(server.port) as alice, RawConn(server.port) as keyed:
+                alice.connect(connect_line("alice"))
+                keyed_sig = nkeys.from_seed(SEED).sign(keyed.info["nonce"].encode())
+                sig = base64.urlsafe_b64encode(keyed_sig).rstrip(b"=").decode()
+                keyed.connect(f'CONNECT {{"nkey":"{NKEY}","sig":"{sig}","verbose":false}}\r\n'
+                              .encode())
+                users = []
+                for query in ("", "?auth=1"):
+                    with urllib.request.urlopen(f"http://127.0.0.1:{http}/connz{query}",
+                                                timeout=10) as r:
+                        conns = json.load(r)["connections"]
+                    users.append(sorted(c.get("authorized_user", "") for c in conns))
+                seen[kind] = users
+        finally:
+            server.stop()
+    assert seen["tidings"] == seen["reference"]
+    assert seen["tidings"][1] == sorted(["alice", NKEY])
