@@ -39,12 +39,27 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
                              f"old={getattr(old, name)}, new={getattr(new, name)}")
         if name.startswith("cluster") or name in ("routes", "no_advertise"):
             raise ValueError(f"config reload not supported for cluster {name}")
+    if "tls" in changed and (old.tls is None) != (new.tls is None):
+        raise ValueError("config reload not supported for TLS on or off: the client port "
+                         "keeps what it was started with (restart to change it)")
+    if "websocket" in changed:
+        _check_websocket(old, new)
+    tls_context = None
+    if new.tls is not None:
+        from .tls import server_context
+
+        # Made anew on every reload: the files may hold a new certificate under the same
+        # names. Before anything is applied, as it may fail.
+        tls_context = server_context(new.tls)
     server.options = new
     server.build_info()
     for name in changed:
-        value: Any = getattr(new, name)
-        shown = "<hidden>" if name in ("password", "token") else value
-        log.info("Reloaded: %s = %s", name, shown)
+        log.info("Reloaded: %s", _shown(name, getattr(new, name)))
+    if tls_context is not None:
+        server.tls_context = tls_context
+        listener: Any = server._listener
+        if listener is not None and hasattr(listener, "context"):
+            listener.context = tls_context  # new handshakes take the new certificate
     if {"max_payload", "max_control_line"} & set(changed):
         for client in server.clients.values():
             client.parser.max_payload = new.max_payload
@@ -58,6 +73,32 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
         server.set_auth()
         _recheck_clients(server)
     return changed
+
+
+def _shown(name: str, value: Any) -> str:
+    """A changed field for the log, never a secret: "authorization users" for the users (as
+    the reference says), the websocket block without its credentials."""
+    if name == "auth":
+        return "authorization users"
+    if name in ("password", "token"):
+        return f"{name} = <hidden>"
+    if name == "websocket":
+        return "websocket"
+    if name == "user":
+        return f"user = {value}"
+    return f"{name} = {value}"
+
+
+def _check_websocket(old: ServerOptions, new: ServerOptions) -> None:
+    """Only the websocket block's authorization may change on reload (its listener stays)."""
+    before, after = old.websocket, new.websocket
+    listener = ("host", "port", "no_tls", "tls", "compression", "same_origin",
+                "allowed_origins", "handshake_timeout", "advertise")
+    if (before is None) != (after is None) or (
+            before is not None and after is not None
+            and any(getattr(before, f) != getattr(after, f) for f in listener)):
+        raise ValueError("config reload not supported for websocket listener options "
+                         "(only its authorization; restart to change the rest)")
 
 
 def _recheck_clients(server: Server) -> None:

@@ -335,6 +335,7 @@ def test_reload_changes_rights_and_closes_removed_users(tmp_path: Path) -> None:
               '  {user: bob, password: pw}\n] }\n')
     after = ('authorization { users = [\n'
              '  {user: alice, password: pw, permissions: {subscribe: ["a.*"], publish: "a.>"}}\n'
+             '  {user: zed, password: hunter2-secret}\n'
              '] }\n')
     seen = {}
     for kind in KINDS:
@@ -353,6 +354,9 @@ def test_reload_changes_rights_and_closes_removed_users(tmp_path: Path) -> None:
             seen[kind] = (closed, alice.barrier())
             alice.close()
             bob.close()
+            log = server.log()
+            assert "Reloaded: authorization users" in log, kind
+            assert "hunter2" not in log, kind
         finally:
             server.stop()
     assert seen["tidings"] == seen["reference"]

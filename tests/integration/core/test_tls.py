@@ -510,3 +510,37 @@ async def test_verify_and_map_logs_in_as_the_certificate_user(kind: str, certs: 
         with pytest.raises(Exception, match="Authorization Violation"):
             await nats.connect(f"tls://127.0.0.1:{server.port}", allow_reconnect=False,
                                tls=certs.context(client_cert=True), max_reconnect_attempts=0)
+
+
+async def test_reload_takes_a_new_certificate(tmp_path: Path) -> None:
+    """SIGHUP with a new certificate in the same files: new handshakes get it, connections
+    made before stay."""
+    import signal
+
+    old_ca, new_ca = trustme.CA(), trustme.CA()
+    old_ca.cert_pem.write_to_path(tmp_path / "old-ca.pem")
+    new_ca.cert_pem.write_to_path(tmp_path / "new-ca.pem")
+
+    def install(ca: trustme.CA) -> None:
+        cert = ca.issue_cert("127.0.0.1")
+        cert.cert_chain_pems[0].write_to_path(tmp_path / "cert.pem")
+        cert.private_key_pem.write_to_path(tmp_path / "key.pem")
+
+    install(old_ca)
+    body = (f'tls {{\n  cert_file: "{tmp_path}/cert.pem"\n  key_file: "{tmp_path}/key.pem"\n}}\n')
+    with running("tidings", tmp_path, body) as server:
+        trusting_old = ssl.create_default_context(cafile=str(tmp_path / "old-ca.pem"))
+        trusting_new = ssl.create_default_context(cafile=str(tmp_path / "new-ca.pem"))
+        before = await nats.connect(f"tls://127.0.0.1:{server.port}", tls=trusting_old,
+                                    allow_reconnect=False)
+        install(new_ca)
+        server.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while "Reloaded server configuration" not in server.log_text():
+            assert time.monotonic() < deadline, server.log_text()
+            await asyncio.sleep(0.05)
+        assert await roundtrip(server.port, trusting_new) == b"over tls"
+        with pytest.raises((ssl.SSLError, OSError, nats.errors.Error)):
+            await roundtrip(server.port, trusting_old)
+        await before.flush(timeout=5)  # the connection made before is still served
+        await before.close()
