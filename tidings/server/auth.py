@@ -19,6 +19,7 @@ import base64
 import hashlib
 import hmac
 import logging
+import os
 import re
 import secrets
 import time
@@ -255,7 +256,9 @@ class Bcrypt:
         import bcrypt
 
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcrypt")
+            # bcrypt lets go of the GIL: all cores but the event loop's compare at once.
+            workers = max(1, (os.cpu_count() or 2) - 1)
+            self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bcrypt")
         self.pending += 1
         loop = asyncio.get_running_loop()
 
