@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import logging
 import os
 import sys
@@ -67,6 +68,9 @@ def _cmd_server(args: argparse.Namespace) -> int:
         sopts = streaming_options(args, sbase)
 
         async def extra_start(core: Any) -> None:
+            # The streaming modules load in a thread: the core serves its first clients
+            # meanwhile instead of waiting for the imports.
+            await asyncio.to_thread(importlib.import_module, "tidings.streaming.server.runner")
             from .streaming.server.server import AnotherServerRunning
 
             if core.cluster is not None:
@@ -176,14 +180,16 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
     return pipeline.run(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line; with `command` ("server", ...) the other commands get only their
+    names, so that starting a server does not import the benchmark tools or Spark's."""
     parser = argparse.ArgumentParser(prog="tidings", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
     # No abbreviations: `-c` must never be taken for `-cid`, nor `--clus` for anything.
     server = commands.add_parser("server", help="run a NATS server", allow_abbrev=False)
     add_server_arguments(server)
-    from .streaming.server.options import add_streaming_arguments
+    from .streaming.server.flags import add_streaming_arguments
 
     streaming = server.add_argument_group("streaming")
     add_streaming_arguments(streaming)
@@ -206,19 +212,24 @@ def build_parser() -> argparse.ArgumentParser:
         imp.add_argument(flag, default=argparse.SUPPRESS, **kw)  # type: ignore[arg-type]
     server.set_defaults(func=_cmd_server)
 
-    from .bench import cli as bench_cli
-
     bench = commands.add_parser("bench", help="measure any NATS server (like `nats bench`)")
-    bench_cli.configure(bench)
-    bench.set_defaults(func=bench_cli.run)
+    if command in (None, "bench"):
+        from .bench import cli as bench_cli
 
-    from .spark import pipeline as pipeline_cli
+        bench_cli.configure(bench)
+        bench.set_defaults(func=bench_cli.run)
 
-    pipeline = commands.add_parser(
-        "pipeline", help="windowed aggregates of JSON events on Spark (tidings[spark])",
-        description=pipeline_cli.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    pipeline_cli.configure(pipeline)
-    pipeline.set_defaults(func=_cmd_pipeline)
+    help_text = "windowed aggregates of JSON events on Spark (tidings[spark])"
+    if command in (None, "pipeline"):
+        from .spark import pipeline as pipeline_cli
+
+        pipeline = commands.add_parser(
+            "pipeline", help=help_text, description=pipeline_cli.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter)
+        pipeline_cli.configure(pipeline)
+        pipeline.set_defaults(func=_cmd_pipeline)
+    else:
+        commands.add_parser("pipeline", help=help_text)
     return parser
 
 
@@ -248,8 +259,8 @@ def go_style(argv: list[str], known: set[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv[0] if argv and not argv[0].startswith("-") else None)
     if argv and argv[0] == "server":
         server = parser._subparsers._group_actions[0].choices["server"]  # type: ignore[union-attr]
         argv = ["server", *go_style(argv[1:], set(server._option_string_actions))]

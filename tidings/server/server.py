@@ -8,9 +8,9 @@ import contextlib
 import json
 import logging
 import os
-import platform
 import secrets
 import signal
+import sys
 import time
 from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any
@@ -102,7 +102,7 @@ class Server:
     async def start(self) -> None:
         log.info("Starting tidings server")
         log.info("  Version:  %s (tidings %s)", NATS_VERSION, __version__)
-        log.debug("  Python:   %s", platform.python_version())
+        log.debug("  Python:   %s", sys.version.split()[0])
         log.info("  Name:     %s", self.name)
         log.info("  ID:       %s", self.server_id)
         self.loop = asyncio.get_running_loop()
@@ -190,7 +190,7 @@ class Server:
             "server_name": self.name,
             "version": NATS_VERSION,
             "proto": 1,
-            "go": f"tidings {__version__} python {platform.python_version()}",
+            "go": f"tidings {__version__} python {sys.version.split()[0]}",
             "host": self._advertised()[0],
             "port": self._advertised()[1],
             "headers": True,

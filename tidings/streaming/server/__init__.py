@@ -4,21 +4,35 @@ It is a NATS client of a core server (tidings' own, in the same process, or any 
 given by URL), exactly as the reference nats-streaming-server: see :mod:`.server` for the
 protocol state machine, :mod:`.options` for flags and limits, :mod:`.monitor` for the HTTP
 endpoints and :mod:`.runner` to start it.
+
+The names below are imported when first used: `tidings server` reads the streaming flags
+(`.options`) at every start, and should not pay for the server, protobuf and the client
+until streaming actually starts.
 """
 
 from __future__ import annotations
 
-from .options import StreamingOptions, add_streaming_arguments, options_from_args
-from .runner import RunningStreaming, run_standalone, start_embedded, start_streaming
-from .server import StreamingServer
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "RunningStreaming",
-    "StreamingOptions",
-    "StreamingServer",
-    "add_streaming_arguments",
-    "options_from_args",
-    "run_standalone",
-    "start_embedded",
-    "start_streaming",
-]
+_WHERE = {
+    "RunningStreaming": ".runner",
+    "run_standalone": ".runner",
+    "start_embedded": ".runner",
+    "start_streaming": ".runner",
+    "StreamingOptions": ".options",
+    "add_streaming_arguments": ".flags",
+    "options_from_args": ".options",
+    "StreamingServer": ".server",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value

@@ -12,17 +12,23 @@ for the reference keep working. Per-channel limits come from the config file
 from __future__ import annotations
 
 import argparse
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ... import config
 from ...config import parse_duration
-from ...server.options import port_number
 from ..stores import ChannelLimits, StoreError, StoreLimits
+from .flags import (  # noqa: F401  (the flags' names, also known from here)
+    DEFAULT_CLUSTER_ID,
+    SQL_DRIVERS,
+    STORE_TYPES,
+    SYNC_POLICIES,
+    add_streaming_arguments,
+    parse_size,
+)
+from .flags import parse_bool as _bool
 
-DEFAULT_CLUSTER_ID = "test-cluster"
 DEFAULT_DISCOVER_PREFIX = "_STAN.discover"
 DEFAULT_PUB_PREFIX = "_STAN.pub"
 DEFAULT_SUB_PREFIX = "_STAN.sub"
@@ -31,9 +37,6 @@ DEFAULT_UNSUB_PREFIX = "_STAN.unsub"
 DEFAULT_CLOSE_PREFIX = "_STAN.close"
 DEFAULT_ACKS_PREFIX = "_STAN.ack"
 
-STORE_TYPES = ("memory", "file", "sql")
-SQL_DRIVERS = ("sqlite", "postgres")
-SYNC_POLICIES = ("batch", "interval", "never")
 
 
 @dataclass
@@ -75,36 +78,6 @@ class StreamingOptions:
             if _matches(pattern, channel):
                 return value
         return self.max_inactivity
-
-
-# --- durations and sizes ---------------------------------------------------------------
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
-
-
-def parse_size(value: str | int | float) -> int:
-    """Bytes from "1024", "10MB", "1GiB" (K/M/G/T are powers of 1024, as the reference)."""
-    if isinstance(value, int | float):
-        return int(value)
-    if value.strip().startswith("-"):
-        return -parse_size(value.strip()[1:])
-    m = _SIZE.match(value)
-    if m is None:
-        raise ValueError(f"invalid size {value!r}")
-    unit = (m.group(2) or "b").lower()[0]
-    mult = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[unit]
-    return int(float(m.group(1)) * mult)
-
-
-def _bool(value: str | bool) -> bool:
-    if isinstance(value, bool):
-        return value
-    low = value.strip().lower()
-    if low in ("1", "true", "yes", "on", "y", "t"):
-        return True
-    if low in ("0", "false", "no", "off", "n", "f"):
-        return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {value!r}")
 
 
 def _channel_limits(d: dict[str, Any]) -> tuple[ChannelLimits, float | None]:
@@ -201,60 +174,6 @@ def load_config(path: str | Path, opts: StreamingOptions) -> StreamingOptions:
 
 
 # --- command line ------------------------------------------------------------------------
-
-def add_streaming_arguments(group: Any, standalone: bool = False) -> None:
-    """The reference's streaming flags. With ``standalone`` also --nats and monitoring."""
-    d = StreamingOptions()
-    add = group.add_argument
-    add("-cid", "--cluster_id", default=d.cluster_id,
-        help="streaming cluster id (default %(default)s)")
-    add("-st", "--store", type=str.lower, choices=STORE_TYPES, default=None,
-        help="streaming store: memory, file or sql (default memory)")
-    add("--dir", default="", help="directory of the file store (and of a sqlite database)")
-    add("-sc", "--stan_config", default="", metavar="FILE",
-        help="streaming config file (the reference's format, or JSON): limits per channel")
-    add("-mc", "--max_channels", type=int, default=None,
-        help=f"max number of channels, 0 for unlimited (default {d.limits.max_channels})")
-    add("-msu", "--max_subs", type=int, default=None,
-        help=f"max subscriptions per channel, 0 for unlimited (default {d.limits.max_subs})")
-    add("-mm", "--max_msgs", type=int, default=None,
-        help=f"max messages per channel, 0 for unlimited (default {d.limits.max_msgs})")
-    add("-mb", "--max_bytes", type=parse_size, default=None,
-        help=f"max bytes per channel, 0 for unlimited (default {d.limits.max_bytes})")
-    add("-ma", "--max_age", type=parse_duration, default=None,
-        help="max age of messages, e.g. 24h; 0 for unlimited (default 0)")
-    add("-mi", "--max_inactivity", type=parse_duration, default=None,
-        help="delete a channel without subscriptions or new messages after this; 0 = never")
-    add("-hbi", "--hb_interval", type=parse_duration, default=None,
-        help="interval of heartbeats to clients (default 30s)")
-    add("-hbt", "--hb_timeout", type=parse_duration, default=None,
-        help="how long to wait for a heartbeat reply (default 10s)")
-    add("-hbf", "--hb_fail_count", type=int, default=None,
-        help="failed heartbeats before a client is closed (default 10)")
-    add("--file_sync", type=_bool, default=None, metavar="BOOL",
-        help="fsync the file store before PubAcks (default true)")
-    add("--sync_policy", choices=SYNC_POLICIES, default=None,
-        help="file/sql store durability: batch (fsync per group commit, default), "
-             "interval (at most every --sync_interval) or never")
-    add("--file_truncate_bad_eof", type=_bool, default=None, metavar="BOOL",
-        help="file store recovery: truncate a file at a damaged record even when valid "
-             "records follow it (they are lost); by default the server stops")
-    add("--sync_interval", type=parse_duration, default=None,
-        help="seconds between fsyncs under --sync_policy interval (default 1s)")
-    add("--sql_driver", type=str.lower, choices=SQL_DRIVERS, default=None,
-        help="sql store: sqlite or postgres (default sqlite)")
-    add("--sql_source", default=None,
-        help="sql store: sqlite file (default DIR/streaming.db) or a postgres DSN")
-    if standalone:
-        add("-ns", "--nats", "--nats_server", dest="nats", default="nats://127.0.0.1:4222",
-            help="URL of the NATS server to use (default %(default)s)")
-        add("--user", default="", help="user for the NATS server")
-        add("--pass", dest="password", default="", help="password for the NATS server")
-        add("--auth", dest="token", default="", help="token for the NATS server")
-        add("-m", "--http_port", type=port_number, default=0,
-            help="HTTP port for the /streaming monitoring endpoints (default off)")
-        add("--http_host", default="0.0.0.0", help="HTTP host for monitoring")
-
 
 def options_from_args(
     args: argparse.Namespace, base: StreamingOptions | None = None

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from .. import defaults
+
 __all__ = [
     "ChannelInfo",
     "ChannelLimits",
@@ -173,11 +175,11 @@ class StoreLimits:
     overrides. An exact name wins over patterns; among patterns the first match wins.
     """
 
-    max_channels: int = 100
-    max_msgs: int = 1_000_000
-    max_bytes: int = 1_024_000_000
+    max_channels: int = defaults.MAX_CHANNELS
+    max_msgs: int = defaults.MAX_MSGS
+    max_bytes: int = defaults.MAX_BYTES
     max_age: float = 0.0
-    max_subs: int = 1000
+    max_subs: int = defaults.MAX_SUBS
     channels: Mapping[str, ChannelLimits] = field(default_factory=dict)
 
     def for_channel(self, name: str) -> ResolvedLimits:
