@@ -213,8 +213,9 @@ async def test_clients_with_nkeys_bcrypt_and_permissions(users: dict[str, Runnin
         sub = await dave.subscribe("n.>")
         await dave.flush()
         await nc.publish("elsewhere", b"2")
-        # (Sent again until it arrives: about once in twenty runs the reference does not
-        # deliver the first message to a subscription made just before; tidings always does.)
+        # (Sent again until it arrives: in about one run in twenty here the reference did not
+        # deliver the first message to the subscription made just before; tidings did in
+        # every run.)
         for _ in range(10):
             await nc.publish("n.one", b"1")
             await nc.flush()
