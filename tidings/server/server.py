@@ -380,9 +380,13 @@ class Server:
         # The reference ends INFO with a space before CRLF.
         return b"INFO " + json.dumps(info, separators=(",", ":")).encode() + b" \r\n"
 
-    def register(self, client: ClientConnection) -> bool:
+    def full(self) -> bool:
+        """Whether max_connections clients are connected already."""
         limit = self.options.max_connections + self.internal_expected
-        if len(self.clients) - len(self.internal) >= limit:
+        return len(self.clients) - len(self.internal) >= limit
+
+    def register(self, client: ClientConnection) -> bool:
+        if self.full():
             client.close_with_error(MAX_CONNECTIONS_EXCEEDED, "max connections")
             return False
         self.clients[client.cid] = client

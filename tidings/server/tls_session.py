@@ -22,6 +22,8 @@ import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from ..protocol import encode
+from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
 from .tls import certificate_identities, ssl_reason
 
 if TYPE_CHECKING:
@@ -165,6 +167,11 @@ def client_greeter(server: Server, make: Callable[[], ClientConnection]) -> Gree
         if tls.handshake_first:
             return client, info
         await loop.sock_sendall(conn, info)
+        if server.full():
+            # As the reference: refused before the handshake, in the clear.
+            await loop.sock_sendall(conn, encode.err(MAX_CONNECTIONS_EXCEEDED))
+            log.error("%s - maximum connections exceeded", client.describe())
+            return None
         return client, b""
 
     return greet

@@ -544,3 +544,18 @@ async def test_reload_takes_a_new_certificate(tmp_path: Path) -> None:
             await roundtrip(server.port, trusting_old)
         await before.flush(timeout=5)  # the connection made before is still served
         await before.close()
+
+
+async def test_max_connections_refused_before_the_handshake(certs: Certs,
+                                                            tmp_path: Path) -> None:
+    """INFO, then the refusal in the clear, as the reference sends them (it does in most
+    runs; now and then it resets the connection before they are read)."""
+    with running("tidings", tmp_path, "max_connections: 1\n" + tls_block(certs)) as server:
+        first = await nats.connect(f"tls://127.0.0.1:{server.port}", tls=certs.context(),
+                                   allow_reconnect=False)
+        try:
+            await first.flush()
+            with RawConn(server.port) as second:
+                assert second.read_to_eof() == b"-ERR 'maximum connections exceeded'\r\n"
+        finally:
+            await first.close()
