@@ -264,6 +264,11 @@ class Connection(asyncio.Protocol):
         self.abort()
         flow.forget(self)
 
+    def published(self) -> tuple[int, int]:
+        """(messages, bytes) this connection published, with those nobody listened to."""
+        parser = self.parser
+        return self.in_msgs + parser.unrouted_msgs, self.in_bytes + parser.unrouted_bytes
+
     # -- subscriptions -----------------------------------------------------------
     def unsubscribe(self, sid: bytes, max_msgs: int) -> None:
         """UNSUB: now, or once the subscription has delivered `max_msgs` in all."""

@@ -28,12 +28,6 @@ ENDPOINTS = ("varz", "connz", "routez", "subsz", "accountz", "healthz", "metrics
 _NS = 1_000_000_000
 
 
-def in_counts(conn: Connection) -> tuple[int, int]:
-    """(messages, bytes) a connection published, with those nobody listened to."""
-    parser = conn.parser
-    return conn.in_msgs + parser.unrouted_msgs, conn.in_bytes + parser.unrouted_bytes
-
-
 def _rtt(conn: Connection) -> str:
     rtt = conn.rtt
     if not rtt:
@@ -193,7 +187,7 @@ class Monitor:
         routes = []
         if s.cluster is not None:
             for r in s.cluster.routes.values():
-                in_msgs, in_bytes = in_counts(r)
+                in_msgs, in_bytes = r.published()
                 item: dict[str, Any] = {
                     "rid": r.cid, "remote_id": r.remote_id, "remote_name": r.remote_name,
                     "did_solicit": bool(r.url), "is_configured": bool(r.url and not r.implicit),
@@ -264,7 +258,7 @@ class Monitor:
 
 def client_item(c: Any, now: float, stop: float = 0.0, reason: str = "") -> dict[str, Any]:
     """One connection as /connz shows it (closed ones with when and why)."""
-    in_msgs, in_bytes = in_counts(c)
+    in_msgs, in_bytes = c.published()
     transport = c.transport
     item: dict[str, Any] = {
         "cid": c.cid, "kind": "Client", "type": "nats", "ip": c.host, "port": c.port,
@@ -306,9 +300,9 @@ _SORTS: dict[str, Callable[[Any, float], Any]] = {
     "subs": lambda c, now: len(c.subs),
     "pending": lambda c, now: c.transport.get_write_buffer_size() if c.transport else 0,
     "msgs_to": lambda c, now: c.out_msgs,
-    "msgs_from": lambda c, now: in_counts(c)[0],
+    "msgs_from": lambda c, now: c.published()[0],
     "bytes_to": lambda c, now: c.out_payload,
-    "bytes_from": lambda c, now: in_counts(c)[1],
+    "bytes_from": lambda c, now: c.published()[1],
     "last": lambda c, now: _last(c),
     "idle": lambda c, now: now - _last(c),
     "uptime": lambda c, now: now - c.started,

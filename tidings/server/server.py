@@ -630,9 +630,7 @@ class Server:
 
 def _add_counts(totals: dict[str, int], conn: Connection) -> None:
     """Add a connection's messages and bytes in and out (also as a client's) to `totals`."""
-    from .monitor import in_counts
-
-    in_msgs, in_bytes = in_counts(conn)
+    in_msgs, in_bytes = conn.published()
     parts = ("", "client_") if not conn.is_route else ("",)
     for part in parts:
         totals[f"in_{part}msgs"] += in_msgs
