@@ -4,7 +4,9 @@ route (no message twice)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 import pytest
 
@@ -146,7 +148,15 @@ async def test_client_advertise(kinds: str) -> None:
         await wait_mesh(cluster)
         with RawConn(cluster.members[1].port) as c:
             assert (c.info["host"], c.info["port"]) == ("10.9.9.9", 4222)
-        with RawConn(cluster.members[0].port) as c:
-            assert "10.9.9.9:4222" in c.info["connect_urls"]
+        # The others learn it from the route's INFO, which may come after the first
+        # interest has crossed: asked again until it is there (a deadline only fails).
+        deadline = time.monotonic() + 10
+        while True:
+            with RawConn(cluster.members[0].port) as c:
+                urls = c.info.get("connect_urls", [])
+            if "10.9.9.9:4222" in urls or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        assert "10.9.9.9:4222" in urls
     finally:
         cluster.stop()
