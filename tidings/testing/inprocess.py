@@ -1,0 +1,222 @@
+"""A tidings server on the running event loop (the test's own), and `tidings.serve()`.
+
+`InProcessServer` starts the core `Server` (and embedded streaming, as `tidings server`
+does) in the current loop: nothing to spawn, a few milliseconds to start. Its methods are
+coroutines. While it runs, a logging handler keeps what the "tidings" loggers say (at INFO),
+for the test report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .spec import ServerSpec
+
+# As `tidings server`: how long a clustered server looks for another streaming server.
+STREAMING_SEED_WAIT = 2.0
+_FORMAT = logging.Formatter("%(asctime)s [%(levelname).3s] %(name)s: %(message)s")
+_capturing: list[int] = []  # the "tidings" logger's level before the first capture
+
+
+class _LogBuffer(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.lines.append(_FORMAT.format(record))
+        except Exception:  # never let the log break the server
+            self.handleError(record)
+
+
+def _capture(handler: _LogBuffer) -> None:
+    logger = logging.getLogger("tidings")
+    if not _capturing:
+        _capturing.append(logger.level)
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+    else:
+        _capturing.append(_capturing[-1])
+    logger.addHandler(handler)
+
+
+def _release(handler: _LogBuffer) -> None:
+    logger = logging.getLogger("tidings")
+    logger.removeHandler(handler)
+    level = _capturing.pop()
+    if not _capturing:
+        logger.setLevel(level)
+
+
+class InProcessServer:
+    """A server on the running loop. `await start()`, `await stop()`, `await restart()`."""
+
+    mode = "inprocess"
+
+    def __init__(self, spec: ServerSpec, workdir: Path, capture_log: bool = True) -> None:
+        self.options = spec
+        self.workdir = Path(workdir)
+        self.core: Any = None  # tidings.server.server.Server
+        self.streaming: Any = None  # tidings.streaming.server.RunningStreaming
+        self._log = _LogBuffer() if capture_log else None
+        self._port = spec.port
+        self.starts = 0
+
+    @property
+    def host(self) -> str:
+        return self.options.host
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    @property
+    def cluster_url(self) -> str:
+        return str(self.options.cluster or "")
+
+    @property
+    def cluster_id(self) -> str:
+        return self.options.cluster_id
+
+    @property
+    def store(self) -> str:
+        return self.options.store
+
+    @property
+    def store_dir(self) -> str:
+        return self.options.store_dir
+
+    @property
+    def running(self) -> bool:
+        return self.core is not None
+
+    def log(self, since: int = 0) -> str:
+        """What the "tidings" loggers said while this server ran (from line `since`)."""
+        return "".join(line + "\n" for line in self._log.lines[since:]) if self._log else ""
+
+    def log_size(self) -> int:
+        return len(self._log.lines) if self._log else 0
+
+    async def start(self) -> InProcessServer:
+        if self.core is not None:
+            return self
+        from ..server.server import Server
+
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.options.port = self._port
+        options, conf = self.options.core_options(self.workdir)
+        if self._log is not None:
+            if self.starts:
+                self._log.lines.append("--- restarted ---")
+            _capture(self._log)
+        core = Server(options)
+        try:
+            await core.start()
+            self.core = core
+            self._port = core.port
+            if self.options.streaming:
+                self.streaming = await _start_streaming(core, self.options.streaming_options(conf))
+        except BaseException:
+            await self._halt(core)
+            raise
+        self.starts += 1
+        return self
+
+    async def stop(self) -> None:
+        """Stop streaming (its store closed cleanly), then the core server. Idempotent."""
+        await self._halt(self.core)
+
+    async def kill(self) -> None:
+        """The closest in-process thing to a crash: connections dropped, nothing flushed
+        (streaming's store is still closed; use a subprocess server to test a real crash)."""
+        core = self.core
+        if core is not None:
+            for client in list(core.clients.values()):
+                client.abort()
+        await self._halt(core)
+
+    async def restart(self) -> None:
+        """Stop and start again: same port, same store directory."""
+        await self.stop()
+        await self.start()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<InProcessServer {self.url} {state}>"
+
+    async def _halt(self, core: Any) -> None:
+        running, self.streaming, self.core = self.streaming, None, None
+        try:
+            if running is not None:
+                await running.stop()
+        finally:
+            try:
+                if core is not None:
+                    await core.shutdown()
+            finally:
+                if self._log is not None and self._log in logging.getLogger("tidings").handlers:
+                    _release(self._log)
+
+
+async def _start_streaming(core: Any, sopts: Any) -> Any:
+    """Embedded streaming as `tidings server` starts it, without its signal handlers (a test
+    process keeps its own SIGINT and SIGTERM)."""
+    from ..streaming.server import start_embedded
+    from ..streaming.server.server import AnotherServerRunning
+
+    if core.cluster is not None:
+        await core.cluster.seeded(STREAMING_SEED_WAIT)
+    loop = asyncio.get_running_loop()
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return await start_embedded(core, replace(sopts))
+    except AnotherServerRunning as exc:
+        if core.cluster is None:
+            raise
+        logging.getLogger("tidings.streaming").warning(
+            "%s in the cluster: this server runs without streaming", exc)
+        return None
+    finally:
+        for sig, handler in saved.items():
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(sig)
+                if handler is not None:
+                    signal.signal(sig, handler)
+
+
+@contextlib.asynccontextmanager
+async def serve(port: int = 0, host: str = "127.0.0.1", *, streaming: bool = False,
+                store: str = "memory", store_dir: str = "",
+                **options: Any) -> AsyncIterator[InProcessServer]:
+    """A tidings server on the running loop for the `async with` block:
+
+        async with tidings.serve(port=0) as srv:
+            nc = await nats.connect(srv.url)
+
+    Keywords: ServerSpec's (user, password, token, max_payload, config, cluster_id,
+    cluster, routes, ...) and more ServerOptions fields. A file or sql store without
+    `store_dir` lives in a temporary directory removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="tidings-serve-") as tmp:
+        if streaming and store != "memory" and not store_dir:
+            store_dir = str(Path(tmp) / "store")
+        spec = ServerSpec.from_kwargs(port=port, host=host, streaming=streaming, store=store,
+                                      store_dir=store_dir, **options)
+        server = InProcessServer(spec, Path(tmp), capture_log=False)
+        await server.start()
+        try:
+            yield server
+        finally:
+            await server.stop()
