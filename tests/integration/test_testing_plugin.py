@@ -320,6 +320,44 @@ def test_two_servers_with_different_auth(pytester: pytest.Pytester) -> None:
     run(pytester).assert_outcomes(passed=3)
 
 
+def test_a_cluster_from_the_factory(pytester: pytest.Pytester) -> None:
+    project(pytester, """
+        import nats
+
+
+        async def crosses(pub_url, sub_url):
+            a, b = await nats.connect(pub_url), await nats.connect(sub_url)
+            sub = await b.subscribe("across")
+            await b.flush()
+            try:
+                for _ in range(100):  # until the subscription's interest has crossed
+                    await a.publish("across", b"hi")
+                    await a.flush()
+                    try:
+                        return (await sub.next_msg(timeout=0.1)).data == b"hi"
+                    except nats.errors.TimeoutError:
+                        continue
+                return False
+            finally:
+                await a.close()
+                await b.close()
+
+
+        async def test_in_process(nats_server_factory):
+            servers = await nats_server_factory.cluster(3)
+            assert len({s.port for s in servers}) == 3
+            assert await crosses(servers[2].url, servers[1].url)
+
+
+        def test_subprocess(nats_server_factory):
+            import asyncio
+
+            first, second = nats_server_factory.cluster(2)
+            assert asyncio.run(crosses(first.url, second.url))
+    """)
+    run(pytester).assert_outcomes(passed=2)
+
+
 def test_failure_shows_the_server_log(pytester: pytest.Pytester) -> None:
     project(pytester, """
         def test_fails(nats_server):

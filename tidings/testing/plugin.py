@@ -127,6 +127,14 @@ class SubprocessFactory:
         _started.add(server)
         return server.start()
 
+    def cluster(self, size: int = 3, **options: Any) -> list[Any]:
+        """`size` servers routed to the first (a full mesh once they have met), each with
+        `options`; streaming off unless asked for (one streaming server per cluster id)."""
+        options = {"cluster_name": "tidings-test", "streaming": False, **options}
+        first = self(cluster=True, **options)
+        return [first, *(self(cluster=True, routes=[first], **options)
+                         for _ in range(size - 1))]
+
     def close(self) -> None:
         for server in self.servers:
             server.stop()
@@ -155,6 +163,13 @@ class InProcessFactory:
         self.servers.append(server)
         _started.add(server)
         return await server.start()
+
+    async def cluster(self, size: int = 3, **options: Any) -> list[Any]:
+        """`size` servers routed to the first (see SubprocessFactory.cluster)."""
+        options = {"cluster_name": "tidings-test", "streaming": False, **options}
+        first = await self(cluster=True, **options)
+        return [first, *[await self(cluster=True, routes=[first], **options)
+                         for _ in range(size - 1)]]
 
     async def aclose(self) -> None:
         import asyncio
