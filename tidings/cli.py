@@ -180,6 +180,24 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
     return pipeline.run(args)
 
 
+def _configure_streaming(stan: argparse.ArgumentParser) -> None:
+    """The flags and sub-commands of `tidings streaming`."""
+    from .streaming.server.flags import add_streaming_arguments
+
+    add_streaming_arguments(stan, standalone=True)
+    stan.add_argument("-q", "--quiet", dest="no_log", action="store_true", help="log only errors")
+    stan.add_argument("-D", "--debug", action="store_true", help="debug logging")
+    stan.set_defaults(func=_cmd_streaming, streaming_command="run")
+    stan_commands = stan.add_subparsers(dest="streaming_command")
+    imp = stan_commands.add_parser(
+        "import-ref", help="import a reference nats-streaming-server file store directory")
+    imp.add_argument("source", help="the reference server's data directory (read only)")
+    for flag, kw in (("--store", {"type": str.lower, "choices": ("file", "sql")}),
+                     ("--dir", {}), ("--sql_driver", {"choices": ("sqlite", "postgres")}),
+                     ("--sql_source", {})):
+        imp.add_argument(flag, default=argparse.SUPPRESS, **kw)  # type: ignore[arg-type]
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line; with `command` ("server", ...) the other commands get only their
     names, so that starting a server does not import the benchmark tools or Spark's."""
@@ -198,18 +216,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     stan = commands.add_parser(
         "streaming", help="run the streaming server against any NATS server (or import data)")
-    add_streaming_arguments(stan, standalone=True)
-    stan.add_argument("-q", "--quiet", dest="no_log", action="store_true", help="log only errors")
-    stan.add_argument("-D", "--debug", action="store_true", help="debug logging")
-    stan.set_defaults(func=_cmd_streaming, streaming_command="run")
-    stan_commands = stan.add_subparsers(dest="streaming_command")
-    imp = stan_commands.add_parser(
-        "import-ref", help="import a reference nats-streaming-server file store directory")
-    imp.add_argument("source", help="the reference server's data directory (read only)")
-    for flag, kw in (("--store", {"type": str.lower, "choices": ("file", "sql")}),
-                     ("--dir", {}), ("--sql_driver", {"choices": ("sqlite", "postgres")}),
-                     ("--sql_source", {})):
-        imp.add_argument(flag, default=argparse.SUPPRESS, **kw)  # type: ignore[arg-type]
+    if command in (None, "streaming"):
+        _configure_streaming(stan)
     server.set_defaults(func=_cmd_server)
 
     bench = commands.add_parser("bench", help="measure any NATS server (like `nats bench`)")
