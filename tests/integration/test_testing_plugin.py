@@ -388,7 +388,7 @@ def test_unused_plugin_changes_nothing(pytester: pytest.Pytester,
 
         def test_plain():
             loaded = sorted(m for m in sys.modules if m.startswith("tidings"))
-            expected = ["tidings", "tidings.testing", "tidings.testing.plugin"]
+            expected = ["tidings", "tidings.lazy", "tidings.testing", "tidings.testing.plugin"]
             assert loaded == (expected if os.environ["EXPECT_PLUGIN"] == "1" else []), loaded
 
         async def test_async_plain():

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .spec import ServerSpec
+from .spec import ServerHandle, ServerSpec
 
 # As `tidings server`: how long a clustered server looks for another streaming server.
 STREAMING_SEED_WAIT = 2.0
@@ -57,47 +57,16 @@ def _release(handler: _LogBuffer) -> None:
         logger.setLevel(level)
 
 
-class InProcessServer:
+class InProcessServer(ServerHandle):
     """A server on the running loop. `await start()`, `await stop()`, `await restart()`."""
 
     mode = "inprocess"
 
     def __init__(self, spec: ServerSpec, workdir: Path, capture_log: bool = True) -> None:
-        self.options = spec
-        self.workdir = Path(workdir)
+        super().__init__(spec, workdir)
         self.core: Any = None  # tidings.server.server.Server
         self.streaming: Any = None  # tidings.streaming.server.RunningStreaming
         self._log = _LogBuffer() if capture_log else None
-        self._port = spec.port
-        self.starts = 0
-
-    @property
-    def host(self) -> str:
-        return self.options.host
-
-    @property
-    def port(self) -> int:
-        return self._port
-
-    @property
-    def url(self) -> str:
-        return f"nats://{self.host}:{self.port}"
-
-    @property
-    def cluster_url(self) -> str:
-        return str(self.options.cluster or "")
-
-    @property
-    def cluster_id(self) -> str:
-        return self.options.cluster_id
-
-    @property
-    def store(self) -> str:
-        return self.options.store
-
-    @property
-    def store_dir(self) -> str:
-        return self.options.store_dir
 
     @property
     def running(self) -> bool:

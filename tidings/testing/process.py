@@ -18,7 +18,7 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .spec import ServerSpec
+from .spec import ServerHandle, ServerSpec
 
 _LISTENING = re.compile(rb"Listening for client connections on \S+:(\d+)")
 _STREAMING_READY = (b"Streaming server ready", b"runs without streaming")
@@ -40,50 +40,19 @@ class Done:
         return "<done>"
 
 
-class SubprocessServer:
+class SubprocessServer(ServerHandle):
     """A `tidings server` process on 127.0.0.1 (by default) and a port of its own."""
 
     mode = "subprocess"
 
     def __init__(self, spec: ServerSpec, workdir: Path) -> None:
-        self.options = spec
-        self.workdir = Path(workdir)
+        super().__init__(spec, workdir)
         self.log_path = self.workdir / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
         self._ready = threading.Event()
-        self._port = spec.port
-        self.starts = 0
 
     # -- what tests use --------------------------------------------------------------------
-    @property
-    def host(self) -> str:
-        return self.options.host
-
-    @property
-    def port(self) -> int:
-        return self._port
-
-    @property
-    def url(self) -> str:
-        return f"nats://{self.host}:{self.port}"
-
-    @property
-    def cluster_url(self) -> str:
-        return str(self.options.cluster or "")
-
-    @property
-    def cluster_id(self) -> str:
-        return self.options.cluster_id
-
-    @property
-    def store(self) -> str:
-        return self.options.store
-
-    @property
-    def store_dir(self) -> str:
-        return self.options.store_dir
-
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None

@@ -134,3 +134,44 @@ class ServerSpec:
         if isinstance(conf.get("streaming"), dict):
             base = apply_config(base, conf["streaming"])
         return replace(base, cluster_id=self.cluster_id, store=self.store, dir=self.store_dir)
+
+
+class ServerHandle:
+    """What a test sees of a server, whichever way it runs: where it is, its streaming
+    cluster id and store. InProcessServer and SubprocessServer add how it starts and stops."""
+
+    mode = ""
+
+    def __init__(self, spec: ServerSpec, workdir: Path) -> None:
+        self.options = spec
+        self.workdir = Path(workdir)
+        self._port = spec.port
+        self.starts = 0
+
+    @property
+    def host(self) -> str:
+        return self.options.host
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    @property
+    def cluster_url(self) -> str:
+        return str(self.options.cluster or "")
+
+    @property
+    def cluster_id(self) -> str:
+        return self.options.cluster_id
+
+    @property
+    def store(self) -> str:
+        return self.options.store
+
+    @property
+    def store_dir(self) -> str:
+        return self.options.store_dir

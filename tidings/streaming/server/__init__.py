@@ -12,8 +12,7 @@ until streaming actually starts.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from ...lazy import lazy_names
 
 _WHERE = {
     "RunningStreaming": ".runner",
@@ -29,10 +28,4 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _WHERE, globals())
