@@ -79,23 +79,6 @@ async def test_node_client_on_another_server(pair, node_client) -> None:  # noqa
         (4, True), (5, True), (6, True)]
 
 
-async def wait_for_streaming(url: str) -> None:
-    """Until a discover request of CLUSTER_ID through `url` is answered."""
-    nc = await nats.connect(url)
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                await nc.request(f"_STAN.discover.{CLUSTER_ID}", b"", timeout=0.5)
-                return
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.02)
-    finally:
-        await nc.close()
-
-
 async def test_one_streaming_server_per_cluster_id() -> None:
     """Three tidings servers started with their default embedded streaming: the first serves
     it, the others find it once their seed route is up and run without (a warning, not an
@@ -112,7 +95,7 @@ async def test_one_streaming_server_per_cluster_id() -> None:
             servers.append(start_tidings(extra_args=args))
             if not i:
                 # The first serves it once its streaming server is up (INFO comes sooner).
-                await wait_for_streaming(servers[0].url)
+                await wait_for_route(servers[0], servers[0])
         for server in servers[1:]:
             await wait_for_route(servers[0], server)
         nc = await nats.connect(servers[2].url)
