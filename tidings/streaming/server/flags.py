@@ -92,6 +92,9 @@ def add_streaming_arguments(group: Any, standalone: bool = False) -> None:
         help="sql store: sqlite or postgres (default sqlite)")
     add("--sql_source", default=None,
         help="sql store: sqlite file (default DIR/streaming.db) or a postgres DSN")
+    add("--ft_group", default=None, metavar="NAME",
+        help="name of the fault-tolerance group: start in standby and become active when "
+             "the group's active server stops (file or sql store shared by the group)")
     if standalone:
         add("-ns", "--nats", "--nats_server", dest="nats", default="nats://127.0.0.1:4222",
             help="URL of the NATS server to use (default %(default)s)")

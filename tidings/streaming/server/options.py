@@ -67,6 +67,8 @@ class StreamingOptions:
     http_host: str = "0.0.0.0"
     http_port: int = 0
     max_pending_pub_acks: int = 1_000_000
+    # fault-tolerance group (``--ft_group``): standby until the group's active server stops
+    ft_group: str = ""
 
     def inactivity_for(self, channel: str) -> float:
         """Max inactivity of a channel (seconds, 0 = never deleted)."""
@@ -124,6 +126,9 @@ def apply_config(opts: StreamingOptions, conf: dict[str, Any]) -> StreamingOptio
         o.hb_timeout = parse_duration(conf["hb_timeout"])
     if "hb_fail_count" in conf:
         o.hb_fail_count = int(conf["hb_fail_count"])
+    for key in ("ft_group", "ft_group_name"):
+        if key in conf:
+            o.ft_group = str(conf[key])
     for key in ("nats_server_url", "ns", "nats_server"):
         if key in conf:
             o.nats_url = str(conf[key])
@@ -216,6 +221,8 @@ def options_from_args(
         o.sql_driver = args.sql_driver
     if args.sql_source is not None:
         o.sql_source = args.sql_source
+    if getattr(args, "ft_group", None):
+        o.ft_group = args.ft_group
     if getattr(args, "nats", None):
         o.nats_url = args.nats
         o.nats_user = getattr(args, "user", "") or ""

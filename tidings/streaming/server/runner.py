@@ -36,22 +36,47 @@ async def start_streaming(opts: StreamingOptions, url: str, monitor_required: bo
     """Open the store, connect to ``url``, start serving (and monitoring if http_port).
 
     With ``monitor_required=False`` a monitoring port that cannot be bound is logged and
-    skipped instead of failing the start (embedded in a core server that may serve it)."""
-    store = open_store_for(opts)
-    try:
-        if opts.nats_user:
-            connect_opts.setdefault("user", opts.nats_user)
-            connect_opts.setdefault("password", opts.nats_password)
-        if opts.nats_token:
-            connect_opts.setdefault("token", opts.nats_token)
+    skipped instead of failing the start (embedded in a core server that may serve it).
+
+    With ``opts.ft_group`` (FT mode, see :mod:`.ft`) this returns only once this server is
+    the group's active one: standby until then, the store not even opened."""
+    if opts.nats_user:
+        connect_opts.setdefault("user", opts.nats_user)
+        connect_opts.setdefault("password", opts.nats_password)
+    if opts.nats_token:
+        connect_opts.setdefault("token", opts.nats_token)
+    ft = None
+    if opts.ft_group:
+        from .ft import FaultTolerance, ft_check
+
+        ft_check(opts)
         conn = await StanConn.connect(url, **connect_opts)
-    except BaseException:
-        store.close()
-        raise
+        try:
+            ft = FaultTolerance(opts, conn)
+            await ft.setup()
+            store = await ft.wait_for_store(lambda: open_store_for(opts))
+        except BaseException:
+            if ft is not None:
+                ft.stop()
+            await conn.close()
+            raise
+    else:
+        store = open_store_for(opts)
+        try:
+            conn = await StanConn.connect(url, **connect_opts)
+        except BaseException:
+            store.close()
+            raise
     server = StreamingServer(opts, store, conn)
     try:
+        if ft is not None:
+            server.state = "FT_ACTIVE"
+            server.ft = ft
+            ft.activate(server.server_id)
         await server.start()
     except BaseException:
+        if ft is not None:
+            ft.stop()
         await server.shutdown()
         raise
     monitor = None
@@ -75,11 +100,21 @@ async def run_standalone(opts: StreamingOptions) -> None:
     """`tidings streaming --nats URL`: serve until SIGINT/SIGTERM."""
     loop = asyncio.get_running_loop()
     trap_unsupported_signals(loop, STANDALONE_STREAMING_SIGNALS)
-    running = await start_streaming(opts, opts.nats_url or "nats://127.0.0.1:4222")
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    # a standby (FT mode) waits here until it is active, or until it is told to stop
+    starting = loop.create_task(start_streaming(opts, opts.nats_url or "nats://127.0.0.1:4222"))
+    stopping = loop.create_task(stop.wait())
+    await asyncio.wait((starting, stopping), return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        return
+    stopping.cancel()
+    running = starting.result()
     log.info("Streaming server connected to %s", opts.nats_url)
     try:
         await stop.wait()
@@ -93,6 +128,8 @@ async def start_embedded(core: Any, opts: StreamingOptions) -> RunningStreaming:
     Installs SIGINT/SIGTERM handlers that stop streaming first (its last group commit, the
     store closed cleanly), then the core server.
     """
+    if opts.ft_group:
+        raise ValueError("ft: --ft_group is supported by `tidings streaming --nats URL` only")
     host = core.options.host
     if host in ("", "0.0.0.0", "::"):
         host = "127.0.0.1"

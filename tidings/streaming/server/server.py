@@ -109,6 +109,7 @@ class StreamingServer:
         self.acks: dict[str, Sub] = {}
         self.start_time = time.time()
         self.state = "STANDALONE"
+        self.ft: Any = None  # the FT group membership (ft.FaultTolerance) with --ft_group
         self.in_msgs = 0
         self.in_bytes = 0
         self.out_msgs = 0
@@ -154,7 +155,8 @@ class StreamingServer:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="stan-sync")
         self._check_server_info()
         self._recover()
-        await self._ensure_standalone()
+        if not self.opts.ft_group:  # an FT group's active server holds the store's lock
+            await self._ensure_standalone()
         info = self.info
         for subject, handler in (
             (info["discovery"], self._on_connect),
@@ -188,6 +190,8 @@ class StreamingServer:
             return
         self._closing = True
         self.state = "SHUTDOWN"
+        if self.ft is not None:
+            self.ft.stop()
         for isub in self._internal_subs + self._extension_subs:
             with contextlib.suppress(Exception):
                 await isub.unsubscribe()

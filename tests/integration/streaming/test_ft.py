@@ -1,0 +1,366 @@
+"""Fault-tolerant mode (``--ft_group``): standby servers sharing a file store take over from a
+killed active one, and no acknowledged message is lost or doubled."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.servers import free_port, start_tidings
+from tidings.client import connect as nats_connect
+from tidings.client import errors as nerr
+from tidings.streaming.client import StanError
+from tidings.streaming.client import connect as stan_connect
+from tidings.streaming.pb import protocol_pb2 as pb
+from tidings.streaming.server.ft import (
+    CTRL_FT_HEARTBEAT,
+    decode_ctrl_msg,
+    encode_ctrl_msg,
+    go_time_binary,
+    parse_go_time_binary,
+)
+
+from .conftest import Inbox
+from .test_cli import get_json
+
+pytestmark = pytest.mark.timeout(180)
+
+CID = "test-cluster"
+FT_SUBJECT = f"_STAN.ft.{CID}.g"
+DISCOVER = f"_STAN.discover.{CID}"
+
+
+# --- the heartbeat's encoding -----------------------------------------------------------
+
+def test_go_time_binary_matches_go():
+    # time.Unix(0, 0).UTC().MarshalBinary() in Go
+    assert go_time_binary(0) == bytes([1, 0, 0, 0, 14, 119, 145, 247, 0, 0, 0, 0, 0, 255, 255])
+    ns = 1_764_000_000_123_456_789
+    assert parse_go_time_binary(go_time_binary(ns)) == ns
+    with pytest.raises(ValueError):
+        parse_go_time_binary(b"\x01abc")
+
+
+def test_ctrl_msg_round_trip():
+    data = go_time_binary(42)
+    raw = encode_ctrl_msg(CTRL_FT_HEARTBEAT, "srv-1", data)
+    # field 1 varint 3, field 2 "srv-1", field 3 the time: spb.CtrlMsg's layout
+    assert raw[:2] == b"\x08\x03" and raw[2:9] == b"\x12\x05srv-1"
+    assert decode_ctrl_msg(raw) == (CTRL_FT_HEARTBEAT, "srv-1", data)
+    with pytest.raises(ValueError):
+        decode_ctrl_msg(raw[:-3])
+
+
+# --- processes ------------------------------------------------------------------------
+
+class FTNode:
+    """One `tidings streaming --ft_group g` process, its log kept in a file."""
+
+    def __init__(self, url: str, store_dir: Path, log_path: Path,
+                 extra: list[str] | None = None) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()/kill()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tidings", "streaming", "--nats", url, "--ft_group", "g",
+             "--store", "file", "--dir", str(store_dir), *(extra or [])],
+            stdout=subprocess.DEVNULL, stderr=self._log,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def is_active(self) -> bool:
+        return "Server is active" in self.log()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._log.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+
+
+async def poll(cond, timeout: float, what: str, interval: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = cond()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+async def discover_answers(nc, window: float = 0.4) -> int:
+    """How many streaming servers answer one discover request (the first awaited, then a
+    window for more)."""
+    inbox = nc.new_inbox()
+    q: asyncio.Queue = asyncio.Queue()
+
+    async def cb(msg):
+        q.put_nowait(msg)
+
+    sub = await nc.subscribe(inbox, cb=cb)
+    try:
+        await nc.publish(DISCOVER, pb.ConnectRequest(clientID="probe").SerializeToString(),
+                         reply=inbox)
+        await nc.flush()
+        await asyncio.wait_for(q.get(), 10)
+        n = 1
+        deadline = time.monotonic() + window
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                await asyncio.wait_for(q.get(), left)
+                n += 1
+            except asyncio.TimeoutError:  # noqa: UP041 - Python 3.10
+                break
+        return n
+    finally:
+        await sub.unsubscribe()
+
+
+async def wait_answering(nc, timeout: float) -> float:
+    """Until a streaming server answers on the discover subject; returns when (monotonic)."""
+    deadline = time.monotonic() + timeout
+    req = pb.ConnectRequest(clientID="probe").SerializeToString()
+    while True:
+        try:
+            await nc.request(DISCOVER, req, timeout=0.1)
+            return time.monotonic()
+        except (nerr.NoRespondersError, nerr.TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.01)
+
+
+async def heartbeat_senders(nc, count: int) -> set[str]:
+    """The server ids of the next ``count`` heartbeats on the group's subject."""
+    q: asyncio.Queue = asyncio.Queue()
+
+    async def cb(msg):
+        q.put_nowait(msg.data)
+
+    sub = await nc.subscribe(FT_SUBJECT, cb=cb)
+    try:
+        ids = set()
+        for _ in range(count):
+            msg_type, server_id, data = decode_ctrl_msg(await asyncio.wait_for(q.get(), 5))
+            assert msg_type == CTRL_FT_HEARTBEAT
+            parse_go_time_binary(data)  # a valid activation time
+            ids.add(server_id)
+        return ids
+    finally:
+        await sub.unsubscribe()
+
+
+@pytest.fixture
+def core():
+    srv = start_tidings(extra_args=["--no_streaming"])
+    yield srv
+    srv.stop()
+
+
+async def read_all(url: str, client_id: str, channel: str) -> list[bytes]:
+    """Every stored message of ``channel``, from a new deliver-all subscription."""
+    sc = await stan_connect(CID, client_id, url=url)
+    try:
+        last = await sc.peek(channel, start_at="last_received")
+        want = last.sequence if last is not None else 0
+        ib = Inbox()
+        sub = await sc.subscribe(channel, cb=ib, deliver_all_available=True, max_inflight=8192)
+        msgs = await ib.take(want, timeout=10) if want else []
+        assert [m.seq for m in msgs] == list(range(1, want + 1))
+        await sub.unsubscribe()
+        return [m.data for m in msgs]
+    finally:
+        await sc.close()
+
+
+# --- the tests ------------------------------------------------------------------------
+
+async def test_ft_memory_store_refused(core):
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tidings", "streaming", "--nats", core.url, "--ft_group", "g",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode != 0
+    assert b"ft: only FILE or SQL stores supported in FT mode" in err
+
+
+async def test_one_active_and_takeover_after_kill_9(core, tmp_path):
+    store = tmp_path / "store"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    seq = 0
+
+    def node() -> FTNode:
+        nonlocal seq
+        seq += 1
+        return FTNode(core.url, store, logs / f"node{seq}.log")
+
+    nodes = [node(), node(), node()]
+    nc = await nats_connect(core.url)
+    takeovers: list[float] = []
+    acked_all: list[bytes] = []
+    try:
+        active = await poll(lambda: [n for n in nodes if n.is_active()], 30, "an active server")
+        assert len(active) == 1
+        # exactly one server in the group: one heartbeat sender, one discover answer
+        assert len(await heartbeat_senders(nc, 3)) == 1
+        assert sum(n.is_active() for n in nodes) == 1
+        assert await discover_answers(nc) == 1
+        for n in nodes:
+            assert n.proc.poll() is None
+            if n is not active[0]:
+                assert "Starting in standby mode" in n.log()
+
+        for rnd in range(3):
+            active = [n for n in nodes if n.is_active() and n.proc.poll() is None]
+            assert len(active) == 1, [n.log() for n in nodes]
+            victim = active[0]
+            sc = await stan_connect(CID, f"pub-{rnd}", url=core.url, ack_timeout=5,
+                                    max_pub_acks_inflight=1024)
+            acked: list[int] = []
+            enough = asyncio.Event()
+
+            def on_ack(i: int, acked=acked, enough=enough):
+                def handler(guid: str, err: StanError | None) -> None:
+                    if err is None:
+                        acked.append(i)
+                        if len(acked) >= 500:
+                            enough.set()
+                return handler
+
+            async def publisher(sc=sc, rnd=rnd, on_ack=on_ack) -> None:
+                for i in range(100_000):
+                    try:
+                        await sc.publish_async("ft", b"r%d-%06d" % (rnd, i),
+                                               ack_handler=on_ack(i))
+                    except StanError:
+                        pass
+                    if i % 128 == 0:
+                        await asyncio.sleep(0)
+
+            task = asyncio.create_task(publisher())
+            await asyncio.wait_for(enough.wait(), 30)
+            killed_at = time.monotonic()
+            victim.kill()
+            acked_at_kill = sorted(acked)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert len(acked_at_kill) >= 500
+            acked_all += [b"r%d-%06d" % (rnd, i) for i in acked_at_kill]
+
+            answered_at = await wait_answering(nc, 15)
+            takeovers.append(answered_at - killed_at)
+            nodes.remove(victim)
+            new_active = [n for n in nodes if n.is_active()]
+            assert len(new_active) == 1
+            # the killed server is replaced by a fresh standby, so two always wait
+            nodes.append(node())
+            with contextlib.suppress(StanError, nerr.Error, asyncio.TimeoutError):
+                await sc.close()
+
+            stored = await read_all(core.url, f"check-{rnd}", "ft")
+            counts: dict[bytes, int] = {}
+            for data in stored:
+                counts[data] = counts.get(data, 0) + 1
+            missing = [d for d in acked_all if counts.get(d, 0) != 1]
+            assert not missing, f"{len(missing)} acknowledged messages not stored once"
+            # in publish order
+            positions = {d: i for i, d in enumerate(stored)}
+            assert [positions[d] for d in acked_all] == sorted(positions[d] for d in acked_all)
+            assert await discover_answers(nc) == 1
+    finally:
+        await nc.close()
+        for n in nodes:
+            n.stop()
+    print(f"takeover times (kill -9 to first discover answer): "
+          f"{', '.join(f'{t:.3f}s' for t in takeovers)}")
+    assert all(t <= 2.5 for t in takeovers), takeovers
+
+
+async def test_active_steps_down_for_an_earlier_activation(core, tmp_path):
+    mport = free_port()
+    n = FTNode(core.url, tmp_path / "store", tmp_path / "node.log", ["-m", str(mport)])
+    nc = await nats_connect(core.url)
+    try:
+        await poll(n.is_active, 30, "the server to become active")
+        await wait_answering(nc, 10)
+        async def serverz():
+            deadline = time.monotonic() + 10
+            while True:  # monitoring starts just after the server
+                try:
+                    return await asyncio.to_thread(get_json, mport, "/streaming/serverz")
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.02)
+
+        assert (await serverz())["state"] == "FT_ACTIVE"
+        # a server that claims a later activation is only reported
+        later = time.time_ns() + 3600 * 10**9
+        await nc.publish(FT_SUBJECT, encode_ctrl_msg(CTRL_FT_HEARTBEAT, "latecomer",
+                                                     go_time_binary(later)))
+        await nc.flush()
+        await poll(lambda: 'serverID "latecomer" claims to be active' in n.log(), 10,
+                   "the latecomer to be logged")
+        assert n.proc.poll() is None
+        assert await discover_answers(nc) == 1
+        # one with an earlier activation time wins: this one exits
+        earlier = time.time_ns() - 3600 * 10**9
+        await nc.publish(FT_SUBJECT, encode_ctrl_msg(CTRL_FT_HEARTBEAT, "elder",
+                                                     go_time_binary(earlier)))
+        await nc.flush()
+        rc = await asyncio.to_thread(n.proc.wait, 10)
+        assert rc != 0
+        assert 'ft: serverID "elder" claims to be active, aborting' in n.log()
+        with pytest.raises((nerr.NoRespondersError, nerr.TimeoutError)):
+            await nc.request(DISCOVER, pb.ConnectRequest(clientID="p").SerializeToString(),
+                             timeout=0.5)
+    finally:
+        await nc.close()
+        n.stop()
+
+
+async def test_standby_never_active_while_the_lock_is_held(core, tmp_path):
+    """No heartbeats at all (a silent holder of the lock): the standby stays standby."""
+    store = tmp_path / "store"
+    store.mkdir()
+    holder = subprocess.Popen(
+            [sys.executable, "-c",
+             "import sys,time,fcntl,os;fd=os.open(sys.argv[1],os.O_RDWR|os.O_CREAT);"
+             "fcntl.flock(fd,fcntl.LOCK_EX);print('locked',flush=True);time.sleep(600)",
+             str(store / ".lock")], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == b"locked"
+        n = FTNode(core.url, store, tmp_path / "node.log")
+        try:
+            await poll(lambda: "unable to get store lock" in n.log(), 15,
+                       "a failed attempt at the lock")
+            assert not n.is_active() and n.proc.poll() is None
+            holder.kill()
+            holder.wait(10)
+            await poll(n.is_active, 10, "activation once the lock is free")
+        finally:
+            n.stop()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(10)
