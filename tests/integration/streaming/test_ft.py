@@ -364,3 +364,41 @@ async def test_standby_never_active_while_the_lock_is_held(core, tmp_path):
         if holder.poll() is None:
             holder.kill()
             holder.wait(10)
+
+
+async def test_a_paused_active_keeps_the_store(core, tmp_path):
+    """Split brain: the active server is paused (SIGSTOP) well past the missed-heartbeat
+    interval. The standby notices the silence but cannot take the lock the paused process
+    still holds, so it never becomes active; resumed, the old active goes on serving, and
+    every acknowledged message is there once, in order."""
+    import signal
+
+    store = tmp_path / "store"
+    a = FTNode(core.url, store, tmp_path / "a.log")
+    try:
+        await poll(a.is_active, 30, "the first server active")
+        b = FTNode(core.url, store, tmp_path / "b.log")
+        try:
+            await poll(lambda: "Starting in standby mode" in b.log(), 30, "a standby")
+            sc = await stan_connect(CID, "before", url=core.url, ack_timeout=5)
+            for i in range(20):
+                await sc.publish("split", b"a%d" % i)
+            await sc.close()
+            a.proc.send_signal(signal.SIGSTOP)
+            try:
+                await poll(lambda: "unable to get store lock" in b.log(), 15,
+                           "the standby trying the lock while the active is paused")
+                assert not b.is_active()
+            finally:
+                a.proc.send_signal(signal.SIGCONT)
+            sc = await stan_connect(CID, "after", url=core.url, ack_timeout=5)
+            for i in range(20):
+                await sc.publish("split", b"b%d" % i)
+            await sc.close()
+            assert not b.is_active() and a.proc.poll() is None
+            assert await read_all(core.url, "reader", "split") == (
+                [b"a%d" % i for i in range(20)] + [b"b%d" % i for i in range(20)])
+        finally:
+            b.stop()
+    finally:
+        a.stop()
