@@ -62,13 +62,16 @@ def test_ctrl_msg_round_trip():
 class FTNode:
     """One `tidings streaming --ft_group g` process, its log kept in a file."""
 
-    def __init__(self, url: str, store_dir: Path, log_path: Path,
+    def __init__(self, url: str, store_dir: Path | str, log_path: Path,
                  extra: list[str] | None = None) -> None:
+        """`store_dir`: a file store's directory, or a PostgreSQL DSN (a string)."""
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()/kill()
+        store = (["--store", "sql", "--sql_driver", "postgres", "--sql_source", store_dir]
+                 if isinstance(store_dir, str) else ["--store", "file", "--dir", str(store_dir)])
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tidings", "streaming", "--nats", url, "--ft_group", "g",
-             "--store", "file", "--dir", str(store_dir), *(extra or [])],
+             *store, *(extra or [])],
             stdout=subprocess.DEVNULL, stderr=self._log,
         )
 
@@ -402,3 +405,36 @@ async def test_a_paused_active_keeps_the_store(core, tmp_path):
             b.stop()
     finally:
         a.stop()
+
+
+async def test_takeover_on_postgresql(core, tmp_path, postgres_dsn):
+    """The group shares one PostgreSQL database: its advisory lock goes with the killed
+    server's connection, and a standby takes over with every acknowledged message."""
+    import psycopg
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # a schema of our own
+        conn.execute("DROP SCHEMA IF EXISTS ft_test CASCADE")
+        conn.execute("CREATE SCHEMA ft_test")
+    dsn = postgres_dsn + " options=-csearch_path=ft_test"
+    a = FTNode(core.url, dsn, tmp_path / "a.log")
+    b = None
+    nc = await nats_connect(core.url)
+    try:
+        await poll(a.is_active, 30, "the first server active")
+        b = FTNode(core.url, dsn, tmp_path / "b.log")
+        await poll(lambda: "Starting in standby mode" in b.log(), 30, "a standby")
+        sc = await stan_connect(CID, "pg-pub", url=core.url, ack_timeout=5)
+        for i in range(50):
+            await sc.publish("pg", b"m%d" % i)
+        await sc.close()
+        a.kill()
+        killed = time.monotonic()
+        answered = await wait_answering(nc, 15)
+        assert b.is_active()
+        assert answered - killed < 5, answered - killed
+        assert await read_all(core.url, "pg-reader", "pg") == [b"m%d" % i for i in range(50)]
+    finally:
+        await nc.close()
+        a.stop()
+        if b is not None:
+            b.stop()

@@ -1,4 +1,5 @@
-"""Fixtures for the streaming store tests: a throwaway PostgreSQL server for the session."""
+"""A throwaway PostgreSQL server for the session (the `postgres_dsn` fixture, shared by the
+store tests and the streaming FT tests)."""
 
 from __future__ import annotations
 
