@@ -438,3 +438,52 @@ async def test_takeover_on_postgresql(core, tmp_path, postgres_dsn):
         a.stop()
         if b is not None:
             b.stop()
+
+
+async def test_clients_carry_on_across_a_takeover(core, tmp_path):
+    """A client connected before the active server is killed keeps its connection, its
+    client id and its durable subscription: it publishes on after the takeover (retrying
+    what was not acknowledged), and the subscription gets every message, unacknowledged
+    ones again, none lost."""
+    store = tmp_path / "store"
+    a = FTNode(core.url, store, tmp_path / "a.log")
+    b = None
+    try:
+        await poll(a.is_active, 30, "the first server active")
+        b = FTNode(core.url, store, tmp_path / "b.log")
+        await poll(lambda: "Starting in standby mode" in b.log(), 30, "a standby")
+        sc = await stan_connect(CID, "survivor", url=core.url, ack_timeout=2)
+        inbox = Inbox()
+        await sc.subscribe("carry", cb=inbox, durable_name="dur", ack_wait=1)
+        for i in range(10):
+            await sc.publish("carry", b"before-%d" % i)
+        got = await inbox.take(10)
+        assert [m.data for m in got] == [b"before-%d" % i for i in range(10)]
+        a.kill()
+        # Published through the same client while no server is active: retried until the
+        # new active server stores and acknowledges it.
+        for i in range(10):
+            for _attempt in range(20):
+                try:
+                    await sc.publish("carry", b"after-%d" % i)
+                    break
+                except (StanError, asyncio.TimeoutError):  # noqa: UP041 - Python 3.10
+                    continue
+            else:
+                raise AssertionError(f"after-{i} was never acknowledged")
+        assert b.is_active()
+        seen = {m.data for m in inbox.all}
+        deadline = time.monotonic() + 15
+        while not all(b"after-%d" % i in seen for i in range(10)):
+            assert time.monotonic() < deadline, sorted(seen)
+            await asyncio.sleep(0.05)
+            seen = {m.data for m in inbox.all}
+        await sc.close()
+        # Once each, in order: the "after" publishes went out while no server was active,
+        # so none was stored without its acknowledgement reaching us.
+        assert await read_all(core.url, "carry-reader", "carry") == (
+            [b"before-%d" % i for i in range(10)] + [b"after-%d" % i for i in range(10)])
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()
