@@ -487,3 +487,47 @@ async def test_clients_carry_on_across_a_takeover(core, tmp_path):
         a.stop()
         if b is not None:
             b.stop()
+
+
+def _ft_status(port: int) -> tuple[int, str]:
+    """(/streaming/isFTActive status, /streaming/serverz state) of a server's monitor."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/streaming/isFTActive",
+                                timeout=5) as r:
+        status = r.status
+    return status, get_json(port, "/streaming/serverz")["state"]
+
+
+async def test_monitoring_shows_standby_and_active(core, tmp_path):
+    """As the reference: serverz says FT_STANDBY or FT_ACTIVE, /streaming/isFTActive answers
+    200 on the active server only (a load balancer's probe); a standby that takes over
+    answers 200 on the same port."""
+    store = tmp_path / "store"
+    ports = [free_port(), free_port()]
+    a = FTNode(core.url, store, tmp_path / "a.log", ["-m", str(ports[0])])
+    b = None
+    try:
+        await poll(a.is_active, 30, "the first server active")
+        b = FTNode(core.url, store, tmp_path / "b.log", ["-m", str(ports[1])])
+
+        async def status(port: int) -> tuple[int, str] | None:
+            try:
+                return await asyncio.to_thread(_ft_status, port)
+            except OSError:
+                return None  # not listening yet (or between the standby's and the active's)
+
+        async def wait_status(port: int, want: tuple[int, str]) -> None:
+            deadline = time.monotonic() + 20
+            while (got := await status(port)) != want:
+                assert time.monotonic() < deadline, (port, got)
+                await asyncio.sleep(0.05)
+
+        await wait_status(ports[0], (200, "FT_ACTIVE"))
+        await wait_status(ports[1], (204, "FT_STANDBY"))
+        a.kill()
+        await wait_status(ports[1], (200, "FT_ACTIVE"))
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()

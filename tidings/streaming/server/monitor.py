@@ -215,19 +215,52 @@ def routes(s: StreamingServer) -> dict[str, Handler]:
             out.update(count=len(page), names=page)
         return json_response(out)
 
+    async def is_ft_active(request: web.Request) -> web.Response:
+        # As the reference: 200 for the active server of an FT group, 204 otherwise.
+        return web.Response(status=200 if s.state == "FT_ACTIVE" else 204)
+
     return {
         "/streaming": rootz,
         "/streaming/serverz": serverz,
         "/streaming/storez": storez,
         "/streaming/clientsz": clientsz,
         "/streaming/channelsz": channelsz,
+        "/streaming/isFTActive": is_ft_active,
     }
+
+
+def standby_routes(cluster_id: str, version: str) -> dict[str, Handler]:
+    """What a standby server of an FT group serves before it has a store: /serverz with
+    state FT_STANDBY (and nothing counted yet) and /isFTActive (204)."""
+    started = time.time()
+
+    async def serverz(request: web.Request) -> web.Response:
+        now = time.time()
+        return json_response({
+            "cluster_id": cluster_id, "server_id": "", "version": version,
+            "go": f"python {platform.python_version()}", "state": "FT_STANDBY",
+            "now": rfc3339(now), "start_time": rfc3339(started),
+            "uptime": uptime(now - started), "clients": 0, "subscriptions": 0, "channels": 0,
+            "total_msgs": 0, "total_bytes": 0, "in_msgs": 0, "in_bytes": 0, "out_msgs": 0,
+            "out_bytes": 0,
+        })
+
+    async def is_ft_active(request: web.Request) -> web.Response:
+        return web.Response(status=204)
+
+    return {"/streaming/serverz": serverz, "/streaming/isFTActive": is_ft_active}
 
 
 async def start_monitor(s: StreamingServer, host: str, port: int) -> web.AppRunner:
     """Serve the endpoints on host:port; returns the runner (``await runner.cleanup()``)."""
+    return await serve_routes(routes(s), host, port)
+
+
+async def serve_routes(paths: dict[str, Handler], host: str, port: int) -> web.AppRunner:
+    """Serve `paths` on host:port; returns the runner (``await runner.cleanup()``)."""
     app = web.Application()
-    add_routes(app, s)
+    for path, handler in paths.items():
+        app.router.add_get(path, handler)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)

@@ -8,6 +8,7 @@ import logging
 import signal
 from typing import Any
 
+from ... import __version__
 from ...signals import STANDALONE_STREAMING_SIGNALS, trap_unsupported_signals
 from .conn import StanConn
 from .options import StreamingOptions, open_store_for
@@ -51,15 +52,26 @@ async def start_streaming(opts: StreamingOptions, url: str, monitor_required: bo
 
         ft_check(opts)
         conn = await StanConn.connect(url, **connect_opts)
+        standby_monitor = None
         try:
             ft = FaultTolerance(opts, conn)
             await ft.setup()
+            if opts.http_port:
+                # A standby answers /streaming/serverz (FT_STANDBY) and /isFTActive (204).
+                from .monitor import serve_routes, standby_routes
+
+                standby_monitor = await serve_routes(
+                    standby_routes(opts.cluster_id, __version__), opts.http_host,
+                    opts.http_port)
             store = await ft.wait_for_store(lambda: open_store_for(opts))
         except BaseException:
             if ft is not None:
                 ft.stop()
             await conn.close()
             raise
+        finally:
+            if standby_monitor is not None:
+                await standby_monitor.cleanup()  # the active server's monitor takes the port
     else:
         store = open_store_for(opts)
         try:
