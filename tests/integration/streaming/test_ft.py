@@ -28,6 +28,7 @@ from tidings.streaming.server.ft import (
 
 from .conftest import Inbox
 from .test_cli import get_json
+from .test_node_client import node_client  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -531,3 +532,96 @@ async def test_monitoring_shows_standby_and_active(core, tmp_path):
         a.stop()
         if b is not None:
             b.stop()
+
+
+async def test_ten_kills_with_the_node_client_and_a_durable(core, tmp_path,
+                                                             node_client):  # noqa: F811
+    """The issue's run: three servers of one group, the node-nats-streaming client and ours
+    publishing with acks, a durable subscriber of ours running; the active server killed
+    with -9 ten times in a row. Every acknowledged message is stored exactly once and in
+    its publisher's order, and the durable subscription gets them all."""
+    from .test_node_client import DRIVER
+
+    store = tmp_path / "store"
+    seq = 0
+
+    def node() -> FTNode:
+        nonlocal seq
+        seq += 1
+        return FTNode(core.url, store, tmp_path / f"node{seq}.log")
+
+    nodes = [node(), node(), node()]
+    nc = await nats_connect(core.url)
+    takeovers: list[float] = []
+    try:
+        await poll(lambda: [n for n in nodes if n.is_active()], 30, "an active server")
+        durable = await stan_connect(CID, "durable-reader", url=core.url)
+        inbox = Inbox()
+        await durable.subscribe("ten", cb=inbox, durable_name="d", ack_wait=1,
+                                max_inflight=4096)
+        node_pub = await asyncio.create_subprocess_exec(
+            node_client, str(DRIVER), "publishThrough", core.url, CID, "node-pub", "ten", "30",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        ours = await stan_connect(CID, "py-pub", url=core.url, ack_timeout=1)
+        acked: list[bytes] = []
+        stop = asyncio.Event()
+
+        async def publish_ours() -> None:
+            i = 0
+            while not stop.is_set():
+                data = b"p%d" % i
+                i += 1
+                try:
+                    await ours.publish("ten", data)
+                    acked.append(data)
+                except (StanError, asyncio.TimeoutError):  # noqa: UP041 - Python 3.10
+                    pass  # not acknowledged: not retried, so stored at most once
+
+        publishing = asyncio.create_task(publish_ours())
+        await poll(lambda: sum(m.data.startswith(b"n") for m in inbox.all) >= 5, 20,
+                   "the node client publishing")
+        for _ in range(10):
+            active = await poll(lambda: [n for n in nodes if n.is_active()
+                                         and n.proc.poll() is None], 15, "an active server")
+            assert len(active) == 1
+            mark = len(acked)
+            await poll(lambda mark=mark: len(acked) >= mark + 20, 15, "acks before the kill")
+            active[0].kill()
+            killed = time.monotonic()
+            takeovers.append(await wait_answering(nc, 15) - killed)
+            nodes.remove(active[0])
+            nodes.append(node())
+        mark = len(acked)
+        await poll(lambda: len(acked) >= mark + 20, 15, "acks after the last takeover")
+        stop.set()
+        await publishing
+        await ours.close()
+        out, err = await asyncio.wait_for(node_pub.communicate(), 60)
+        assert node_pub.returncode == 0, err.decode()
+        import json
+
+        result = json.loads(out.decode().splitlines()[-1])
+        failed = set(result["failed"])
+        node_acked = [b"n%d" % i for i in range(result["published"]) if i not in failed]
+        assert len(node_acked) >= 10
+
+        stored = await read_all(core.url, "ten-reader", "ten")
+        counts: dict[bytes, int] = {}
+        for data in stored:
+            counts[data] = counts.get(data, 0) + 1
+        for publisher in (acked, node_acked):
+            assert [d for d in publisher if counts.get(d) != 1] == []
+            positions = [stored.index(d) for d in publisher]
+            assert positions == sorted(positions)
+        assert max(counts.values()) == 1  # nothing stored twice, acknowledged or not
+        want = set(acked) | set(node_acked)
+        await poll(lambda: want <= {m.data for m in inbox.all}, 20,
+                   "the durable subscription to get every acknowledged message")
+        await durable.close()
+    finally:
+        await nc.close()
+        for n in nodes:
+            n.stop()
+    print("takeover times (kill -9 to first discover answer): "
+          + ", ".join(f"{t:.3f}s" for t in takeovers))
+    assert all(t <= 2.5 for t in takeovers), takeovers

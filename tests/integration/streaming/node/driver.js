@@ -176,6 +176,29 @@ const scenarios = {
   },
 
   // interop: read what another client published
+  // publish n0, n1, ... one at a time for <seconds>, through server failovers: a publish
+  // not acknowledged within a second is recorded as failed and not retried
+  async publishThrough () {
+    const [subject, seconds] = [rest[0], parseFloat(rest[1])]
+    const sc = await new Promise((resolve, reject) => {
+      const c = stan.connect(clusterID, clientID, { url, connectTimeout: 5000, ackTimeout: 1000 })
+      c.once('connect', () => resolve(c))
+      c.once('error', reject)
+    })
+    const failed = []
+    const end = Date.now() + seconds * 1000
+    let i = 0
+    for (; Date.now() < end; i++) {
+      try {
+        await publish(sc, subject, `n${i}`)
+      } catch (err) {
+        failed.push(i)
+      }
+    }
+    await close(sc)
+    return { published: i, failed } // acknowledged: n0 .. n<published - 1> but the failed
+  },
+
   async read () {
     const sc = await connect()
     const sub = await subscribe(sc, rest[0], null, sc.subscriptionOptions().setDeliverAllAvailable())
@@ -189,8 +212,7 @@ const scenarios = {
 const timer = setTimeout(() => { console.error('driver timeout'); process.exit(3) }, 60000)
 scenarios[scenario]().then((out) => {
   clearTimeout(timer)
-  process.stdout.write(JSON.stringify(out) + '\n')
-  process.exit(0)
+  process.stdout.write(JSON.stringify(out) + '\n', () => process.exit(0))
 }, (err) => {
   clearTimeout(timer)
   console.error(err && err.stack ? err.stack : err)
