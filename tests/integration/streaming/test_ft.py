@@ -625,3 +625,41 @@ async def test_ten_kills_with_the_node_client_and_a_durable(core, tmp_path,
     print("takeover times (kill -9 to first discover answer): "
           + ", ".join(f"{t:.3f}s" for t in takeovers))
     assert all(t <= 2.5 for t in takeovers), takeovers
+
+
+async def test_an_active_that_loses_its_database_lock_steps_down(core, tmp_path,
+                                                                 postgres_dsn):
+    """PostgreSQL ends the active server's connection, and its advisory lock with it: the
+    active server stops (before a standby, which waits for the heartbeats to stop, can take
+    the lock), a standby takes over, and nothing acknowledged is lost."""
+    import psycopg
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA IF EXISTS ft_lost CASCADE")
+        conn.execute("CREATE SCHEMA ft_lost")
+    dsn = postgres_dsn + " options=-csearch_path=ft_lost"
+    a = FTNode(core.url, dsn, tmp_path / "a.log")
+    b = None
+    try:
+        await poll(a.is_active, 30, "the first server active")
+        b = FTNode(core.url, dsn, tmp_path / "b.log")
+        await poll(lambda: "Starting in standby mode" in b.log(), 30, "a standby")
+        sc = await stan_connect(CID, "lost-pub", url=core.url, ack_timeout=5)
+        for i in range(20):
+            await sc.publish("lost", b"m%d" % i)
+        await sc.close()
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s", (f"tidings streaming pid {a.proc.pid}",)
+            ).fetchall()
+        assert ended, "the active server's connection was not found"
+        await poll(lambda: a.proc.poll() is not None, 10, "the active server to step down")
+        assert a.proc.returncode != 0
+        assert "ft: lost the store lock, aborting" in a.log()
+        await poll(b.is_active, 15, "the standby to take over")
+        assert await read_all(core.url, "lost-reader", "lost") == [b"m%d" % i for i in range(20)]
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()

@@ -173,6 +173,8 @@ class FaultTolerance:
         self._sub: Any = None
         self._hb_task: asyncio.Task[None] | None = None
         self._stepped_down = False
+        self.store: Any = None  # the store whose lock makes us the active server
+        self._check: asyncio.Future[bool] | None = None
 
     async def setup(self) -> None:
         self._sub = await self.conn.subscribe(self.subject, self._on_hb)
@@ -227,9 +229,11 @@ class FaultTolerance:
                 # maybe transient (a database unreachable): try again at the next interval
                 log.error("ft: error attempting to get the store lock: %s", exc)
 
-    def activate(self, server_id: str) -> None:
-        """The store is ours: note the activation time and send heartbeats from now on."""
+    def activate(self, server_id: str, store: Any = None) -> None:
+        """The store is ours: note the activation time and send heartbeats from now on (while
+        `store` still holds its lock: see _send_heartbeats)."""
         self.server_id = server_id
+        self.store = store
         self.activation_ns = time.time_ns()
         self.state = FT_ACTIVE
         log.info("Server is active")
@@ -239,8 +243,23 @@ class FaultTolerance:
         hb = encode_ctrl_msg(CTRL_FT_HEARTBEAT, self.server_id,
                              go_time_binary(self.activation_ns))
         while True:
+            if self.store is not None and not await self._still_locked():
+                # A database lock lost with its connection: stop before a standby, which
+                # tries the lock only once our heartbeats have stopped, can take it.
+                self.stop()
+                self.on_step_down("ft: lost the store lock, aborting")
+                return
             self.conn.publish(self.subject, hb)
             await asyncio.sleep(self.hb_interval)
+
+    async def _still_locked(self) -> bool:
+        """The store's own answer, at most a heartbeat interval late: a database too slow to
+        answer in time has not lost the lock for that."""
+        check = self._check
+        if check is None or check.done():  # one question at a time, however slow the answer
+            check = self._check = asyncio.ensure_future(asyncio.to_thread(self.store.lock_held))
+        done, _ = await asyncio.wait((check,), timeout=self.hb_interval)
+        return not done or check.result()
 
     def stop(self) -> None:
         if self._hb_task is not None:

@@ -84,7 +84,7 @@ async def start_streaming(opts: StreamingOptions, url: str, monitor_required: bo
         if ft is not None:
             server.state = "FT_ACTIVE"
             server.ft = ft
-            ft.activate(server.server_id)
+            ft.activate(server.server_id, store)
         await server.start()
     except BaseException:
         if ft is not None:

@@ -384,6 +384,12 @@ class Store(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    def lock_held(self) -> bool:
+        """Whether this store still holds its exclusive lock (FT mode asks the active server's
+        store every heartbeat). A file's flock cannot be lost while the process lives; a
+        database's lock can, with its connection. Blocking: call it off the event loop."""
+        return True
+
     def __enter__(self) -> Store:
         return self
 

@@ -443,6 +443,21 @@ class SqlStore(CoreStore):
 
     # --- writing --------------------------------------------------------------------
 
+    def lock_held(self) -> bool:
+        """PostgreSQL's advisory lock lives as long as the connection that took it: a round
+        trip on that connection says whether it still does. (SQLite's lock is a file's.)"""
+        if self.dialect is not POSTGRES:
+            return True
+        import psycopg
+
+        with self._db_lock:
+            try:
+                self._conn.execute("SELECT 1")
+                self._conn.commit()
+            except psycopg.Error:
+                return False
+        return True
+
     def _read_msgs(self, channel_id: int, first: int, last: int) -> list[Any]:
         with self._db_lock:
             rows = self._query(
