@@ -534,15 +534,25 @@ async def test_monitoring_shows_standby_and_active(core, tmp_path):
             b.stop()
 
 
-async def test_ten_kills_with_the_node_client_and_a_durable(core, tmp_path,
-                                                             node_client):  # noqa: F811
-    """The issue's run: three servers of one group, the node-nats-streaming client and ours
-    publishing with acks, a durable subscriber of ours running; the active server killed
-    with -9 ten times in a row. Every acknowledged message is stored exactly once and in
-    its publisher's order, and the durable subscription gets them all."""
+@pytest.mark.parametrize("kind", ["file", "postgres"])
+async def test_ten_kills_with_the_node_client_and_a_durable(
+        core, tmp_path, node_client, kind, request):  # noqa: F811
+    """The issue's run: three servers of one group (on one file store directory, then one
+    PostgreSQL database), the node-nats-streaming client and ours publishing with acks, a
+    durable subscriber of ours running; the active server killed with -9 ten times in a
+    row. Every acknowledged message is stored exactly once and in its publisher's order,
+    and the durable subscription gets them all."""
     from .test_node_client import DRIVER
 
-    store = tmp_path / "store"
+    store: Path | str = tmp_path / "store"
+    if kind == "postgres":
+        import psycopg
+
+        dsn = request.getfixturevalue("postgres_dsn")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA IF EXISTS ft_ten CASCADE")
+            conn.execute("CREATE SCHEMA ft_ten")
+        store = dsn + " options=-csearch_path=ft_ten"
     seq = 0
 
     def node() -> FTNode:
@@ -622,7 +632,7 @@ async def test_ten_kills_with_the_node_client_and_a_durable(core, tmp_path,
         await nc.close()
         for n in nodes:
             n.stop()
-    print("takeover times (kill -9 to first discover answer): "
+    print(f"takeover times on {kind} (kill -9 to first discover answer): "
           + ", ".join(f"{t:.3f}s" for t in takeovers))
     assert all(t <= 2.5 for t in takeovers), takeovers
 
