@@ -297,7 +297,9 @@ async def test_one_active_and_takeover_after_kill_9(core, tmp_path):
             n.stop()
     print(f"takeover times (kill -9 to first discover answer): "
           f"{', '.join(f'{t:.3f}s' for t in takeovers)}")
-    assert all(t <= 2.5 for t in takeovers), takeovers
+    # A generous bound (the figures are printed): it catches a takeover that does not come,
+    # not a slow machine.
+    assert all(t <= 5 for t in takeovers), takeovers
 
 
 async def test_active_steps_down_for_an_earlier_activation(core, tmp_path):
@@ -634,7 +636,9 @@ async def test_ten_kills_with_the_node_client_and_a_durable(
             n.stop()
     print(f"takeover times on {kind} (kill -9 to first discover answer): "
           + ", ".join(f"{t:.3f}s" for t in takeovers))
-    assert all(t <= 2.5 for t in takeovers), takeovers
+    # A generous bound (the figures are printed): it catches a takeover that does not come,
+    # not a slow machine.
+    assert all(t <= 5 for t in takeovers), takeovers
 
 
 async def test_an_active_that_loses_its_database_lock_steps_down(core, tmp_path,
