@@ -283,6 +283,16 @@ class ClientOpParser(_Framer):
         self._on_pub = handler.on_pub
         self._skipping: bytes | None = None  # a bare op whose line end has not come yet
 
+    def _wait_payload(self, buf: bytes, start: int, size: int, pending: tuple[Any, ...]) -> None:
+        super()._wait_payload(buf, start, size, pending)
+        subject = pending[1]
+        if (self.pedantic and pending[0] is not _ROUTED and subject
+                and not is_valid_literal_subject(subject)):
+            # As the reference: a message whose payload is not all in this read has its
+            # arguments parsed again (clonePubArg), so a pedantic client hears of an invalid
+            # subject twice.
+            self.handler.on_soft_error(INVALID_PUBLISH_SUBJECT)
+
     def route_pubs_to(self, on_pub: Any, skip_unrouted: bool) -> None:
         """Hand PUBs to `on_pub` instead of the handler's; `skip_unrouted` False makes every
         PUB reach it, also those the compiled scanner would skip as nobody listens."""

@@ -283,6 +283,13 @@ EXCHANGES: list[Ex] = [
     ex("pub_reserved_gateway_reply", QUIET + b"SUB > 1\r\nPUB foo _GR_.x 1\r\nx\r\n"),
     ex("pub_sys_subject", QUIET + b"SUB $SYS.> 1\r\nPUB $SYS.x 1\r\nx\r\n"),
     ex("pedantic_pub_star", PEDANTIC + b"SUB > 1\r\nPUB foo.* 1\r\nx\r\n"),
+    # A payload in a later read than its PUB line: the reference parses the arguments again,
+    # so a pedantic client hears of the invalid subject twice.
+    ex("pedantic_pub_invalid_split_payload", PEDANTIC + b"PUB foo..bar 2\r\n", b"hi\r\n"),
+    ex("pedantic_hpub_invalid_split_payload", PEDANTIC + b"HPUB foo..bar 12 14\r\n",
+       b"NATS/1.0\r\n\r\nhi\r\n"),
+    ex("pedantic_pub_invalid_split_before_crlf", PEDANTIC + b"PUB foo..bar 2\r\nhi",
+       b"\r\n"),
     ex("pedantic_pub_gt", PEDANTIC + b"SUB > 1\r\nPUB foo.> 1\r\nx\r\n"),
     ex("pedantic_pub_double_dot", PEDANTIC + b"SUB > 1\r\nPUB foo..bar 1\r\nx\r\n"),
     ex("pedantic_pub_valid", PEDANTIC + b"SUB > 1\r\nPUB foo.bar 1\r\nx\r\n"),
