@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from .lazy import lazy_names
 
 __version__ = "0.1.0"
 
-
-def __getattr__(name: str) -> Any:
-    # `tidings.serve()` is imported when first used: `import tidings` stays cheap.
-    if name == "serve":
-        from .testing.inprocess import serve
-
-        return serve
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# `tidings.serve()` is imported when first used: `import tidings` stays cheap.
+__getattr__ = lazy_names(__name__, {"serve": ".testing.inprocess"}, globals())

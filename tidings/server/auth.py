@@ -18,6 +18,7 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import itertools
 import logging
 import os
 import re
@@ -194,15 +195,10 @@ def note_reply(plain: Iterable[Any], groups: Iterable[Iterable[Any]], reply: byt
     """A request with `reply` goes to these subscriptions: their clients that have
     allow_responses may publish to it. (Every member of a queue group is told, not only the
     one picked: the others never see the reply subject, so they cannot use it.)"""
-    for sub in plain:
+    for sub in itertools.chain(plain, *groups):
         replies = getattr(sub.client, "replies", None)
         if replies is not None:
             replies.add(reply)
-    for group in groups:
-        for sub in group:
-            replies = getattr(sub.client, "replies", None)
-            if replies is not None:
-                replies.add(reply)
 
 
 # -- authentication ------------------------------------------------------------------------

@@ -84,8 +84,6 @@ def _shown(name: str, value: Any) -> str:
         return f"{name} = <hidden>"
     if name == "websocket":
         return "websocket"
-    if name == "user":
-        return f"user = {value}"
     return f"{name} = {value}"
 
 

@@ -110,11 +110,11 @@ class Server:
         opts = self.options
         kind: type[ClientConnection] = ClientConnection
         if opts.trace:
-            from .trace_log import TracedClientConnection
+            from .trace_log import TracedClientConnection, traced_deliver
 
             kind = TracedClientConnection
+            self.deliver = traced_deliver(self)
         self.client_kind = kind
-        self.choose_deliver()
         if opts.tls is not None:
             from .tls import server_context
             from .tls_session import TLSListener, client_greeter
@@ -167,20 +167,9 @@ class Server:
                 raise
         log.info("Server is ready")
 
-    def choose_deliver(self) -> None:
-        """How messages are handed to subscribers: plainly, or traced (-V)."""
-        deliver = self._deliver
-        if self.options.trace:
-            from .trace_log import traced_deliver
-
-            deliver = traced_deliver(self)
-        self.deliver = deliver
-
     def set_auth(self) -> None:
-        """Build the users and permissions from the options (at start and on reload)."""
+        """Build the users and permissions from the options again (on reload)."""
         self.auth = Authenticator(self.options, self.internal_token)
-        if self.loop is not None:
-            self.choose_deliver()
 
     def build_info(self) -> None:
         """The INFO fields every client gets, from the options (again after a reload)."""
