@@ -57,13 +57,7 @@ class RunningServer:
         return self.proc.pid
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc, 5)
         for f in self.files:
             try:
                 os.unlink(f)
@@ -74,6 +68,17 @@ class RunningServer:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(5)
+
+
+def stop_process(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
+    """SIGTERM, and SIGKILL if it has not exited after `grace` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:

@@ -29,7 +29,7 @@ import pytest
 import trustme
 
 import tidings.client
-from tests.servers import free_port, nats_server_binary
+from tests.servers import free_port, nats_server_binary, stop_process
 
 from .rawnats import RawConn
 
@@ -135,12 +135,7 @@ def running(kind: str, tmp_path: Path, body: str, *flags: str,
         wait_ready(port, proc, first)
         yield Running(kind, port, proc, log)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
 
 
 def raw_info(port: int) -> tuple[bytes, dict]:

@@ -22,7 +22,13 @@ import pytest
 from nats.aio.client import Client as NATS
 
 import tidings.client
-from tests.servers import _wait_ready, free_port, nats_server_binary, wait_listening
+from tests.servers import (
+    _wait_ready,
+    free_port,
+    nats_server_binary,
+    stop_process,
+    wait_listening,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -47,13 +53,7 @@ class WsServer:
         return f"ws://127.0.0.1:{self.ws_port}"
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
 
 
 def command(kind: str, conf: Path) -> list[str]:

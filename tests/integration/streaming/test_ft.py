@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.servers import free_port, start_tidings
+from tests.servers import free_port, start_tidings, stop_process
 from tidings.client import connect as nats_connect
 from tidings.client import errors as nerr
 from tidings.streaming.client import StanError
@@ -89,14 +91,24 @@ class FTNode:
         self._log.close()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc)
         self._log.close()
+
+
+def node_maker(url: str, store: Path | str, logs: Path) -> Callable[[], FTNode]:
+    """A function starting the group's next server, each with a log of its own."""
+    numbers = itertools.count(1)
+    return lambda: FTNode(url, store, logs / f"node{next(numbers)}.log")
+
+
+def pg_store(dsn: str, schema: str) -> str:
+    """The DSN of a fresh, empty schema of the test database: a group's shared store."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.execute(f"CREATE SCHEMA {schema}")
+    return f"{dsn} options=-csearch_path={schema}"
 
 
 async def poll(cond, timeout: float, what: str, interval: float = 0.02):
@@ -210,12 +222,7 @@ async def test_one_active_and_takeover_after_kill_9(core, tmp_path):
     store = tmp_path / "store"
     logs = tmp_path / "logs"
     logs.mkdir()
-    seq = 0
-
-    def node() -> FTNode:
-        nonlocal seq
-        seq += 1
-        return FTNode(core.url, store, logs / f"node{seq}.log")
+    node = node_maker(core.url, store, logs)
 
     nodes = [node(), node(), node()]
     nc = await nats_connect(core.url)
@@ -413,12 +420,7 @@ async def test_a_paused_active_keeps_the_store(core, tmp_path):
 async def test_takeover_on_postgresql(core, tmp_path, postgres_dsn):
     """The group shares one PostgreSQL database: its advisory lock goes with the killed
     server's connection, and a standby takes over with every acknowledged message."""
-    import psycopg
-
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # a schema of our own
-        conn.execute("DROP SCHEMA IF EXISTS ft_test CASCADE")
-        conn.execute("CREATE SCHEMA ft_test")
-    dsn = postgres_dsn + " options=-csearch_path=ft_test"
+    dsn = pg_store(postgres_dsn, "ft_test")
     a = FTNode(core.url, dsn, tmp_path / "a.log")
     b = None
     nc = await nats_connect(core.url)
@@ -548,19 +550,8 @@ async def test_ten_kills_with_the_node_client_and_a_durable(
 
     store: Path | str = tmp_path / "store"
     if kind == "postgres":
-        import psycopg
-
-        dsn = request.getfixturevalue("postgres_dsn")
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("DROP SCHEMA IF EXISTS ft_ten CASCADE")
-            conn.execute("CREATE SCHEMA ft_ten")
-        store = dsn + " options=-csearch_path=ft_ten"
-    seq = 0
-
-    def node() -> FTNode:
-        nonlocal seq
-        seq += 1
-        return FTNode(core.url, store, tmp_path / f"node{seq}.log")
+        store = pg_store(request.getfixturevalue("postgres_dsn"), "ft_ten")
+    node = node_maker(core.url, store, tmp_path)
 
     nodes = [node(), node(), node()]
     nc = await nats_connect(core.url)
@@ -648,10 +639,7 @@ async def test_an_active_that_loses_its_database_lock_steps_down(core, tmp_path,
     the lock), a standby takes over, and nothing acknowledged is lost."""
     import psycopg
 
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute("DROP SCHEMA IF EXISTS ft_lost CASCADE")
-        conn.execute("CREATE SCHEMA ft_lost")
-    dsn = postgres_dsn + " options=-csearch_path=ft_lost"
+    dsn = pg_store(postgres_dsn, "ft_lost")
     a = FTNode(core.url, dsn, tmp_path / "a.log")
     b = None
     try:
