@@ -233,6 +233,8 @@ class Client:
             raise errors.ConnectionClosedError()
         await self._stop_events()
         self._set_status(CLOSED)
+        if not self._closed_fut.done():
+            self._closed_fut.set_result(None)
         if isinstance(last, errors.ServerError | errors.SecureConnWantedError
                       | errors.SecureConnFailedError | errors.InvalidUserCredentialsError):
             raise last  # a typed answer (e.g. Authorization Violation) says more than "no servers"

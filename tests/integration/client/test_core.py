@@ -273,6 +273,16 @@ async def test_context_manager_and_connect_refused() -> None:
         await tidings.client.connect(f"nats://127.0.0.1:{free_port()}", connect_timeout=1)
 
 
+async def test_close_after_a_failed_connect_returns() -> None:
+    from tests.servers import free_port
+
+    nc = tidings.client.Client()
+    with pytest.raises(errors.NoServersError):
+        await nc.connect(f"nats://127.0.0.1:{free_port()}", connect_timeout=1)
+    await asyncio.wait_for(nc.close(), 5)  # hung forever: the closed future was never set
+    assert nc.is_closed
+
+
 async def test_nats_py_style_client_class(any_server: RunningServer) -> None:
     nc = tidings.client.NATS()
     await nc.connect(servers=[any_server.url])
