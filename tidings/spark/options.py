@@ -48,7 +48,7 @@ def _int(opts: dict[str, str], name: str, default: int | None, minimum: int | No
     return value
 
 
-def _float(opts: dict[str, str], name: str, default: float, minimum: float = 0.0) -> float:
+def _float(opts: dict[str, str], name: str, default: float, zero_ok: bool = False) -> float:
     text = _get(opts, name)
     if not text:
         return default
@@ -56,8 +56,8 @@ def _float(opts: dict[str, str], name: str, default: float, minimum: float = 0.0
         value = float(text)
     except ValueError:
         raise OptionError(f"option {name}: not a number: {text!r}") from None
-    if value <= minimum:
-        raise OptionError(f"option {name}: must be > {minimum}, got {value}")
+    if value < 0 or (value == 0 and not zero_ok) or value != value:
+        raise OptionError(f"option {name}: must be {'>=' if zero_ok else '>'} 0, got {text}")
     return value
 
 
@@ -121,6 +121,7 @@ class ConnectionOptions:
     tls_hostname: str | None = None
     connect_timeout: float = 5.0
     request_timeout: float = 10.0
+    reconnect_timeout: float = 10.0  # how long to keep trying a server that went away
     monitor_url: str | None = None
 
     @classmethod
@@ -155,6 +156,7 @@ class ConnectionOptions:
             tls_hostname=tls_opts["tlsHostname"],
             connect_timeout=_float(opts, "connectTimeout", 5.0),
             request_timeout=_float(opts, "requestTimeout", 10.0),
+            reconnect_timeout=_float(opts, "reconnectTimeout", 10.0, zero_ok=True),
             monitor_url=(_get(opts, "monitorUrl") or None),
         )
 
