@@ -1,4 +1,4 @@
-"""The bulk fetch read path against the subscription read path: same rows, and the fallback.
+"""The bulk fetch read path against the subscription read path: same rows, and the choice.
 
 The partition reads here run `tidings.spark.reader` directly against real servers (no Spark)
 where the test needs to know which path produced the rows; the last test goes through Spark.
@@ -23,31 +23,28 @@ from tidings.spark.reader import (
     read_partition,
     subscription_read,
 )
-from tidings.spark.stan import StanConnection, StanError
+from tidings.spark.stan import RangeRead, StanConnection, StanError
 
 from .conftest import publish, wait_streaming
 
 
 def _partition(url: str, channel: str, start: int, end: int, fetch: bool = True,
-               min_time: int = 0) -> NatsPartition:
-    copts = ConnectionOptions.parse({"url": url, "requestTimeout": "5"})
+               min_time: int = 0, **options: str) -> NatsPartition:
+    copts = ConnectionOptions.parse({"url": url, "requestTimeout": "5", **options})
     params = ReadParams.of(ReadOptions.parse({"channels": channel, "fetch": str(fetch)}))
     return NatsPartition(SeqRange(channel, start, end), copts, params, 1000, min_time)
 
 
-def _run(part: NatsPartition, read: Callable[..., Any]) -> tuple[list[pa.RecordBatch], Any]:
-    """The batches `read(part, loop, conn)` yields and the value it returns."""
+def _run(part: NatsPartition, read: Callable[..., Any]) -> list[pa.RecordBatch]:
+    """The batches `read(part, loop, conn, range_read)` yields."""
     loop = asyncio.new_event_loop()
     conn = StanConnection(part.copts, "t")
+    rng = part.range
     try:
         loop.run_until_complete(conn.connect_nats())
-        gen: Iterator[pa.RecordBatch] = read(part, loop, conn)
-        batches = []
-        while True:
-            try:
-                batches.append(next(gen))
-            except StopIteration as stop:
-                return batches, stop.value
+        state = RangeRead(rng.channel, rng.start, rng.end, part.params.batch_size,
+                          part.min_time)
+        return list(read(part, loop, conn, state))
     finally:
         loop.run_until_complete(conn.close())
         loop.close()
@@ -64,10 +61,9 @@ def test_fetch_crosses_reply_boundaries_with_the_subscription_rows(stan_server, 
     # ~100 KB each: a 1 MiB reply holds at most 10, so the range takes several replies
     payloads = [bytes([48 + i % 10]) * (90_000 + 997 * i) + b"|%d" % i for i in range(45)]
     publish(stan_server.url, ch, payloads)
-    fetched, used = _run(_partition(stan_server.url, ch, 3, 44), fetch_read)
-    assert used is True
+    fetched = _run(_partition(stan_server.url, ch, 3, 44), fetch_read)
     assert len(fetched) >= 4  # one batch per reply
-    subscribed, _ = _run(_partition(stan_server.url, ch, 3, 44), subscription_read)
+    subscribed = _run(_partition(stan_server.url, ch, 3, 44), subscription_read)
     a, b = _table(fetched), _table(subscribed)
     assert a.column("sequence").to_pylist() == list(range(3, 45))
     assert a.column("data").to_pylist() == payloads[2:44]
@@ -77,11 +73,11 @@ def test_fetch_crosses_reply_boundaries_with_the_subscription_rows(stan_server, 
 def test_start_time_filters_fetched_rows_like_subscribed_ones(stan_server, channel_name):
     ch = channel_name()
     publish(stan_server.url, ch, [b"early%d" % i for i in range(5)])
-    probe, _ = _run(_partition(stan_server.url, ch, 1, 5), fetch_read)
+    probe = _run(_partition(stan_server.url, ch, 1, 5), fetch_read)
     cut = (probe[0].column("timestamp").cast(pa.int64()).to_pylist()[-1] + 1) * 1000
     publish(stan_server.url, ch, [b"late%d" % i for i in range(5)])
-    fetched, _ = _run(_partition(stan_server.url, ch, 1, 10, min_time=cut), fetch_read)
-    subscribed, _ = _run(_partition(stan_server.url, ch, 1, 10, min_time=cut),
+    fetched = _run(_partition(stan_server.url, ch, 1, 10, min_time=cut), fetch_read)
+    subscribed = _run(_partition(stan_server.url, ch, 1, 10, min_time=cut),
                          subscription_read)
     got = _table(fetched)
     assert got.column("data").to_pylist() == [b"late%d" % i for i in range(5)]
@@ -101,26 +97,37 @@ def limited_server() -> Iterator[str]:
 def test_a_range_below_the_first_sequence_after_limits(limited_server, channel_name):
     ch = channel_name()
     publish(limited_server, ch, [b"m%d" % i for i in range(1, 13)])  # only 8..12 stay
-    fetched, used = _run(_partition(limited_server, ch, 2, 12), fetch_read)
-    subscribed, _ = _run(_partition(limited_server, ch, 2, 12), subscription_read)
-    assert used is True
+    fetched = _run(_partition(limited_server, ch, 2, 12), fetch_read)
+    subscribed = _run(_partition(limited_server, ch, 2, 12), subscription_read)
     got = _table(fetched)
     assert got.column("sequence").to_pylist() == [8, 9, 10, 11, 12]
     assert got.column("data").to_pylist() == [b"m%d" % i for i in range(8, 13)]
     assert got.equals(_table(subscribed))
-    gone, used = _run(_partition(limited_server, ch, 1, 6), fetch_read)
-    assert used is True and sum(b.num_rows for b in gone) == 0
+    gone = _run(_partition(limited_server, ch, 1, 6), fetch_read)
+    assert sum(b.num_rows for b in gone) == 0
 
 
-def test_no_responders_on_the_fetch_subject_means_the_subscription_read(channel_name):
+def test_without_a_streaming_server_fetching_and_subscribing_fail_in_time(channel_name):
     server = start_tidings(extra_args=["--no_streaming"])
     try:
-        part = _partition(server.url, channel_name(), 1, 10)
-        batches, used = _run(part, fetch_read)
-        assert used is False and batches == []
-        # read_partition then falls back, and here finds no streaming server at all
-        with pytest.raises(StanError, match="no NATS Streaming server"):
-            list(read_partition(part))
+        from tidings.spark.catalog import ChannelCatalog
+
+        catalog = ChannelCatalog(ConnectionOptions.parse({"url": server.url}))
+        try:  # the driver plans subscription reads for a server without bulk fetches
+            assert catalog.fetch_supported() is False
+        finally:
+            catalog.close()
+        for fetch, what in ((True, "fetching from NATS Streaming"),
+                            (False, "no NATS Streaming server")):
+            part = _partition(server.url, channel_name(), 1, 10, fetch,
+                              reconnectTimeout="1")
+            loop = asyncio.new_event_loop()
+            began = loop.time()
+            with pytest.raises(StanError, match=what) as err:
+                list(read_partition(part))
+            assert server.url in str(err.value)
+            assert loop.time() - began < 1 + 5  # reconnectTimeout + one request
+            loop.close()
     finally:
         server.stop()
 

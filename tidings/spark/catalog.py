@@ -9,8 +9,9 @@ Two ways to find out:
   `/streaming/channelsz?channel=X` gives `first_seq`/`last_seq` and `/streaming/channelsz`
   lists the channel names, which `channelPattern` needs.
 
-The driver's streaming connection runs on an event loop in a daemon thread and is reconnected
-once if it was lost; `close` unregisters it. The stream reader closes it at the end of each of
+The driver's streaming connection runs on an event loop in a daemon thread; connecting keeps
+trying for `reconnectTimeout`, and a call that finds the connection lost is run again once on a
+new one; `close` unregisters it. The stream reader closes it at the end of each of
 Spark's calls: Spark ends that process without a `stop()`, and a client left open would stay
 registered on the server.
 """
@@ -29,7 +30,7 @@ from typing import Any, TypeVar
 from ..client import errors as nats_errors
 from .options import ConnectionOptions, OptionError
 from .planning import subject_matches
-from .stan import ChannelInfo, Probe, StanConnection, StanError
+from .stan import ChannelInfo, ConnectionLost, Probe, StanConnection, StanError
 
 T = TypeVar("T")
 TIME_SLACK_NS = 2_000_000_000
@@ -72,12 +73,12 @@ class ChannelCatalog:
         for attempt in (1, 2):
             if self._conn is None:
                 conn = StanConnection(self.copts, self.role)
-                self._lt.run(conn.connect())
+                self._lt.run(conn.connect_nats())  # streaming registers when it is needed
                 self._conn = conn
             try:
                 return self._lt.run(make(self._conn))
-            except StanError:
-                if attempt == 2 or self._conn.alive():
+            except (StanError, nats_errors.Error, OSError) as exc:
+                if attempt == 2 or not isinstance(self._conn.check(exc), ConnectionLost):
                     raise
                 self._close_conn()
         raise AssertionError("unreachable")

@@ -30,7 +30,7 @@ CLIPPED = 1
 MAX_BYTES = 1 << 20  # asked for per reply; the server caps it at its max_payload
 
 
-class FetchUnsupported(Exception):
+class FetchUnsupported(StanError):
     """The server does not answer fetch requests (e.g. the reference streaming server)."""
 
 

@@ -2,30 +2,32 @@
 
 `read()` of a Python data source runs in a Python worker that shares nothing with the driver
 process that planned it, so a `NatsPartition` carries everything the read needs: the range,
-the connection options and the read parameters. The read opens its own NATS connection and
-first asks a tidings server for the range with bulk fetches (`fetch.py`: columnar replies that
-become Arrow batches without a per-row Python step). When nobody answers the fetch subject (the
-reference streaming server), or option `fetch` is false, it registers as a streaming client,
-subscribes with SequenceStart at the range's first sequence, turns what arrives into Arrow
-record batches and closes the subscription after the range's last sequence. Either way,
-reading the same partition again produces the same rows.
+the connection options and the read parameters. The read opens its own NATS connection and,
+when the driver found a tidings server answering bulk fetches, reads the range with them
+(`fetch.py`: columnar replies that become Arrow batches without a per-row Python step).
+Otherwise (the reference streaming server, or option `fetch` false) it registers as a
+streaming client, subscribes with SequenceStart at the range's first sequence, turns what
+arrives into Arrow record batches and closes the subscription after the range's last
+sequence. Either way, reading the same partition again produces the same rows, and a lost
+connection is resumed where it broke off.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from ..client import errors as nats_errors
 from ..streaming.client import Subscription
 from .arrow import columnar_batch, message_batch
-from .fetch import HEADER, FetchUnsupported, fetch_range
+from .fetch import HEADER, FetchReply, FetchUnsupported, fetch_range
 from .options import ConnectionOptions, ReadOptions
 from .planning import SeqRange
-from .stan import RangeRead, StanConnection, wait_progress
+from .stan import ConnectionLost, RangeRead, StanConnection, StanError, wait_progress
 
 MSG_OVERHEAD = 96  # bytes a delivered message costs besides its data (MSG line, MsgProto)
 
@@ -37,7 +39,7 @@ class ReadParams:
     ack_wait: int = 60
     batch_size: int = 10_000
     read_timeout: float = 30.0
-    fetch: bool = True
+    fetch: bool = True  # read with bulk fetches (the driver found the server answering them)
     fetch_window: int = 4  # fetch requests in flight
 
     @classmethod
@@ -69,19 +71,33 @@ class NatsPartition(InputPartition):
 
 
 def read_partition(part: NatsPartition) -> Iterator[pa.RecordBatch]:
-    """The messages of the partition's range as record batches, each sequence once."""
+    """The messages of the partition's range as record batches, each sequence once.
+
+    When the connection is lost midway, a new one (`reconnectTimeout`) resumes at the first
+    sequence not yet handed to Spark; a read that cannot reconnect fails naming the servers.
+    """
     rng = part.range
     if rng.end < rng.start:
         return
     loop = asyncio.new_event_loop()
+    read = RangeRead(rng.channel, rng.start, rng.end, part.params.batch_size, part.min_time)
     conn = StanConnection(part.copts, "r")
     try:
-        loop.run_until_complete(conn.connect_nats())
-        fetched = False
-        if part.params.fetch:
-            fetched = yield from fetch_read(part, loop, conn)
-        if not fetched:
-            yield from subscription_read(part, loop, conn)
+        while True:
+            try:
+                loop.run_until_complete(conn.connect_nats())
+                if part.params.fetch:
+                    yield from fetch_read(part, loop, conn, read)
+                else:
+                    yield from subscription_read(part, loop, conn, read)
+                return
+            except (StanError, nats_errors.Error, OSError) as exc:
+                lost = conn.check(exc)
+                if not isinstance(lost, ConnectionLost):
+                    raise
+                read.error = None
+                loop.run_until_complete(conn.close())
+                conn = StanConnection(part.copts, "r")
     finally:
         try:
             loop.run_until_complete(conn.close())
@@ -89,50 +105,66 @@ def read_partition(part: NatsPartition) -> Iterator[pa.RecordBatch]:
             loop.close()
 
 
-def fetch_read(part: NatsPartition, loop: asyncio.AbstractEventLoop, conn: StanConnection
-                ) -> Generator[pa.RecordBatch, None, bool]:
-    """The range through bulk fetches; False (having yielded nothing) when unsupported."""
+def fetch_read(part: NatsPartition, loop: asyncio.AbstractEventLoop, conn: StanConnection,
+               read: RangeRead) -> Iterator[pa.RecordBatch]:
+    """The rest of the range (from `read.expected`) through bulk fetches. The driver found
+    the server answering them; an unanswered first fetch is a streaming server that is not
+    (yet, after a restart) there, tried again for `reconnectTimeout`."""
     rng = part.range
-    replies = fetch_range(conn.nc, part.copts.cluster_id, rng.channel, rng.start, rng.end,
-                          part.params.fetch_window, part.copts.request_timeout)
+
+    async def first() -> tuple[AsyncGenerator[FetchReply, None], FetchReply | None]:
+        replies = fetch_range(conn.nc, part.copts.cluster_id, rng.channel, read.expected,
+                              rng.end, part.params.fetch_window, part.copts.request_timeout)
+        try:
+            return replies, await anext(replies)
+        except StopAsyncIteration:
+            return replies, None
+        except BaseException:
+            await replies.aclose()
+            raise
+
+    replies, reply = loop.run_until_complete(conn.retrying(
+        first, lambda exc: isinstance(exc, FetchUnsupported) and conn.alive(),
+        "fetching from NATS Streaming"))
     try:
-        while True:
-            try:
-                reply = loop.run_until_complete(anext(replies))
-            except StopAsyncIteration:
-                return True
-            except FetchUnsupported:
-                return False
+        while reply is not None:
+            read.expected = reply.next
             batch = columnar_batch(rng.channel, reply.data, reply.count, HEADER.size,
                                    part.min_time)
             if batch.num_rows:
                 yield batch
+            try:
+                reply = loop.run_until_complete(anext(replies))
+            except StopAsyncIteration:
+                reply = None
     finally:
         loop.run_until_complete(replies.aclose())
 
 
 def subscription_read(part: NatsPartition, loop: asyncio.AbstractEventLoop,
-                       conn: StanConnection) -> Iterator[pa.RecordBatch]:
-    """The range through a SequenceStart subscription (the standard protocol)."""
+                      conn: StanConnection, read: RangeRead) -> Iterator[pa.RecordBatch]:
+    """The rest of the range (from `read.expected`) through a SequenceStart subscription (the
+    standard protocol)."""
     rng, params = part.range, part.params
-    in_flight = part.in_flight
-    acking = rng.count > in_flight
-    wake_every = params.batch_size
+    start = read.expected
+    in_flight = min(part.in_flight, rng.end - start + 1)
+    acking = rng.end - start + 1 > in_flight
+    read.wake_every = params.batch_size
     if acking:
-        wake_every = min(wake_every, max(1, in_flight // 2))
-    read = RangeRead(rng.channel, rng.start, rng.end, wake_every, part.min_time)
+        read.wake_every = min(params.batch_size, max(1, in_flight // 2))
+    conn.on_lost.append(read.fail)
 
     async def open_sub() -> Subscription:
         sc = await conn.connect()
         # raw_cb: payloads go from the client's read path straight to the column lists
-        return await sc.subscribe(rng.channel, sequence=rng.start, raw_cb=read.on_msg,
+        return await sc.subscribe(rng.channel, sequence=start, raw_cb=read.on_msg,
                                   max_inflight=min(in_flight, 2**31 - 1),
                                   ack_wait=params.ack_wait)
 
     async def next_columns() -> tuple[list[int], list[bytes], list[int], list[bool]]:
         await wait_progress(read, params.read_timeout, lambda: (
             f"reading channel {rng.channel!r} sequences {rng.start}..{rng.end} "
-            f"(next expected {read.expected})"))
+            f"(next expected {read.expected}) from {conn.servers}"))
         cols = read.take()
         if acking and not read.done:
             await sub.ack_sequences(cols[0])

@@ -11,6 +11,7 @@ redelivered boolean)`. See docs/spark.md for every option.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -95,9 +96,11 @@ class NatsBatchReader(DataSourceReader):
             if ropts.start_time_ns is not None:
                 live = [ch for ch in channels if bounds[ch] is not None]
                 starts.update(catalog.first_at_or_after(live, ropts.start_time_ns))
-            size = ropts.partition_size(ropts.fetch and catalog.fetch_supported())
+            fetching = ropts.fetch and catalog.fetch_supported()
         finally:
             catalog.close()
+        size = ropts.partition_size(fetching)
+        self.params = dataclasses.replace(self.params, fetch=fetching)
         self.sizes = dict(catalog.sizes)
         ranges: list[SeqRange] = []
         for ch in channels:
@@ -230,10 +233,12 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start = {str(k): int(v) for k, v in start.items()}
         end = {str(k): int(v) for k, v in end.items()}
         ropts = self.ropts
-        size = ropts.partition_size(ropts.fetch and self.catalog.fetch_supported())
+        fetching = ropts.fetch and self.catalog.fetch_supported()
+        size = ropts.partition_size(fetching)
         ranges = ranges_between(start, end, size, 1)
         sizes = self.catalog.sizes
-        return [NatsPartition(r, self.copts, self.params, sizes.get(r.channel, 0),
+        params = dataclasses.replace(self.params, fetch=fetching)
+        return [NatsPartition(r, self.copts, params, sizes.get(r.channel, 0),
                               self.ropts.start_time_ns or 0) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -20,9 +20,10 @@ needs:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple, TypeVar
 
 from google.protobuf.message import DecodeError
 
@@ -34,7 +35,9 @@ from ..streaming.client import connect as stan_connect
 from ..streaming.pb import protocol_pb2 as pb
 from .options import ConnectionOptions
 
-__all__ = ["ChannelInfo", "Probe", "RangeRead", "StanConnection", "StanError", "unique_id",
+T = TypeVar("T")
+
+__all__ = ["ChannelInfo", "ConnectionLost", "Probe", "RangeRead", "StanConnection", "StanError", "unique_id",
            "wait_for_streaming", "wait_progress"]
 
 _nuid = NUID()
@@ -64,24 +67,89 @@ class ChannelInfo(NamedTuple):
     msg_size: int  # an estimate of the size of one message's data
 
 
+class ConnectionLost(StanError):
+    """The connection to the server went away while in use (the caller may reconnect)."""
+
+
+# Refusals that trying again will not change.
+_FINAL = (nats_errors.ServerError, nats_errors.SecureConnWantedError,
+          nats_errors.SecureConnFailedError, nats_errors.InvalidUserCredentialsError)
+RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.5)  # between connect attempts; then every 0.5 s
+
+
 class StanConnection:
-    """One connection of the connector: its own NATS connection and streaming client id."""
+    """One connection of the connector: its own NATS connection and streaming client id.
+
+    Connecting keeps trying for `reconnectTimeout` seconds (a server restarting, an embedded
+    streaming server not answering yet), then fails with an error naming the servers. A
+    connection lost while in use fails the streaming client's outstanding PubAcks with
+    `ConnectionLost` and calls the `on_lost` callbacks (a read waiting for messages is woken);
+    `check` turns any error seen meanwhile into ConnectionLost; callers open a new
+    StanConnection to resume.
+    """
 
     def __init__(self, copts: ConnectionOptions, role: str) -> None:
         self.copts = copts
+        self.role = role
         self.client_id = f"{copts.client_id_prefix}-{role}-{unique_id()}"
         self.nc: Client | None = None
         self.sc: StreamingClient | None = None
+        self.on_lost: list[Callable[[ConnectionLost], None]] = []
+        self._connected = False  # once connected, a failure may be a lost connection
+        self._closing = False
+
+    @property
+    def servers(self) -> str:
+        return ", ".join(self.copts.servers)
+
+    async def retrying(self, attempt: Callable[[], Awaitable[T]], retry_on: Callable[
+            [BaseException], bool], what: str) -> T:
+        """`attempt()` until it succeeds, a final error, or `reconnectTimeout` has passed."""
+        loop = asyncio.get_running_loop()
+        wait = self.copts.reconnect_timeout
+        deadline = loop.time() + wait
+        for tries in itertools.count():
+            try:
+                return await attempt()
+            except (nats_errors.Error, StanError, OSError) as exc:
+                if not retry_on(exc):
+                    raise
+                delay = RETRY_DELAYS[min(tries, len(RETRY_DELAYS) - 1)]
+                if loop.time() + delay > deadline:
+                    raise StanError(f"{what} at {self.servers}: still failing after {wait:g} s "
+                                    f"(reconnectTimeout): {exc}") from exc
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
 
     async def connect_nats(self) -> StanConnection:
         """Only the NATS connection (enough for a fetch; `connect` registers the client)."""
         copts = self.copts
-        self.nc = Client()
+
+        async def attempt() -> Client:
+            nc = Client()
+            await nc.connect(list(copts.servers), event_cb=self._on_event,
+                             **copts.client_kwargs(self.client_id))
+            return nc
+
+        def retry(exc: BaseException) -> bool:
+            cause = exc.__cause__ if isinstance(exc, nats_errors.NoServersError) else exc
+            return not isinstance(exc, _FINAL) and not isinstance(cause, _FINAL)
+
         try:
-            await self.nc.connect(list(copts.servers), **copts.client_kwargs(self.client_id))
-        except nats_errors.Error as exc:
-            raise StanError(f"cannot connect to {', '.join(copts.servers)}: {exc}") from exc
+            self.nc = await self.retrying(attempt, retry, "connecting to NATS")
+        except (nats_errors.Error, OSError) as exc:  # a final refusal
+            raise StanError(f"cannot connect to {self.servers}: {exc}") from exc
+        self._connected = True
         return self
+
+    def _on_event(self, kind: str, reason: object) -> None:
+        if kind != "disconnected" or self._closing:
+            return
+        err = ConnectionLost(f"lost the connection to {self.servers}: {reason or 'closed'}")
+        if self.sc is not None:
+            self.sc.lose(err)
+        for cb in self.on_lost:
+            cb(err)
 
     async def connect(self, **options: float | int) -> StreamingClient:
         """The streaming client on this connection (`options` for `StreamingClient.connect`,
@@ -91,16 +159,22 @@ class StanConnection:
         copts = self.copts
         if self.nc is None:
             await self.connect_nats()
+
+        async def attempt() -> StreamingClient:
+            return await stan_connect(copts.cluster_id, self.client_id, nats=self.nc,
+                                      connect_timeout=copts.request_timeout, **options)
+
+        def retry(exc: BaseException) -> bool:  # nobody answers yet: it may be starting
+            return str(exc) == ERR_CONNECT_REQ_TIMEOUT and self.alive()
+
         try:
-            self.sc = await stan_connect(copts.cluster_id, self.client_id, nats=self.nc,
-                                         connect_timeout=copts.request_timeout, **options)
+            self.sc = await self.retrying(attempt, retry, "no NATS Streaming server with cluster "
+                                          f"id {copts.cluster_id!r} answered")
         except StanError as exc:
             await self.close()
-            if str(exc) == ERR_CONNECT_REQ_TIMEOUT:
-                raise StanError(
-                    f"no NATS Streaming server with cluster id {copts.cluster_id!r} answered "
-                    f"at {', '.join(copts.servers)} ({exc})") from exc
-            raise StanError(f"streaming connect refused: {exc}") from exc
+            if ERR_CONNECT_REQ_TIMEOUT in str(exc):
+                raise
+            raise StanError(f"streaming connect refused at {self.servers}: {exc}") from exc
         return self.sc
 
     def alive(self) -> bool:
@@ -109,6 +183,15 @@ class StanConnection:
         if self.nc is None or not self.nc.is_connected:
             return False
         return self.sc is None or not self.sc.closed
+
+    def check(self, exc: BaseException) -> BaseException:
+        """`exc` as ConnectionLost when the connection is gone (what a caller may retry)."""
+        if isinstance(exc, ConnectionLost) or not self._connected or self.alive() or (
+                self._closing):
+            return exc
+        lost = ConnectionLost(f"lost the connection to {self.servers}: {exc}")
+        lost.__cause__ = exc
+        return lost
 
     async def probe(self, channel: str, start_at: str, delta_ns: int | None = None
                     ) -> Probe | None:
@@ -129,6 +212,7 @@ class StanConnection:
 
     async def close(self) -> None:
         """Close the streaming client (CloseRequest), then the NATS connection."""
+        self._closing = True
         sc, self.sc = self.sc, None
         nc, self.nc = self.nc, None
         try:
@@ -194,6 +278,12 @@ class RangeRead:
         elif len(self.seqs) >= self.wake_every:
             self._wake()
 
+    def fail(self, err: StanError) -> None:
+        """End the read with `err` (e.g. the connection was lost); wakes the reader."""
+        if self.error is None:
+            self.error = err
+        self._wake()
+
     def _wake(self) -> None:
         w = self.waiter
         if w is not None and not w.done():
@@ -208,7 +298,7 @@ class RangeRead:
 async def wait_progress(read: RangeRead, timeout: float, what: Callable[[], str]) -> None:
     """Until `read` has enough to hand out or is done; StanError after `timeout` idle seconds."""
     loop = asyncio.get_running_loop()
-    while not read.done and len(read.seqs) < read.wake_every:
+    while not read.done and len(read.seqs) < read.wake_every and read.error is None:
         before = read.received
         read.waiter = loop.create_future()
         try:

@@ -459,8 +459,10 @@ class StreamingClient:
             self._pub_ack_room.set()
         self._note_drained()
 
-    def _lost(self, err: StanError) -> None:
-        """The server no longer knows this connection: close, tell the application."""
+    def lose(self, err: StanError) -> None:
+        """The connection is gone (the server no longer knows it, or the NATS connection it
+        runs on was lost): close without a CloseRequest, fail what is outstanding (PubAcks get
+        `err`), tell the application."""
         if self._closed:
             return
         self.lost_error = err
@@ -489,7 +491,7 @@ class StreamingClient:
             return
         self._ping_out += 1
         if self._ping_out > self._ping_max_out:
-            self._lost(StanError(ERR_MAX_PINGS))
+            self.lose(StanError(ERR_MAX_PINGS))
             return
         self._loop.create_task(self._send_ping())
         self._ping_timer = self._loop.call_later(self._ping_interval, self._ping)
@@ -506,7 +508,7 @@ class StreamingClient:
             except DecodeError:
                 return
             if resp.error:
-                self._lost(StanError(resp.error))
+                self.lose(StanError(resp.error))
                 return
         self._ping_out = 0
 
