@@ -6,16 +6,19 @@ connection and publishes its rows:
 
 - `target=streaming` (default): a PubMsg per row to the channel named by `subject`; the task
   returns only once the server has acknowledged every message (PubAck), so a task that
-  succeeds has stored all its rows. A failed task is retried by Spark and republishes its rows:
-  at-least-once, duplicates possible after a failure.
-- `target=core`: a core NATS publish per row, flushed (a PING/PONG round trip after the last)
-  before the task returns. Fire-and-forget: the server has received the rows, but nobody
-  confirms that a subscriber got them; at-most-once for subscribers that are not connected.
+  succeeds has stored all its rows. A connection lost midway is reopened and the rows not yet
+  acknowledged are published again; a failed task is retried by Spark and republishes its
+  rows: at-least-once, duplicates possible after a failure.
+- `target=core`: a core NATS publish per row, flushed (a PING/PONG round trip) after each
+  record batch and before the task returns; a connection lost midway publishes the batch
+  again. Fire-and-forget: the server has received the rows, but nobody confirms that a
+  subscriber got them; at-most-once for subscribers that are not connected.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -28,9 +31,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
-from ..client import connect
+from ..client import errors as nats_errors
+from ..streaming.client import ERR_PUB_ACK_TIMEOUT, StreamingClient
 from .options import ConnectionOptions, OptionError, WriteOptions, check_channel
-from .stan import StanConnection, StanError
+from .stan import ConnectionLost, StanConnection, StanError
 
 
 @dataclass
@@ -79,53 +83,142 @@ def _rows(batch: pa.RecordBatch, default_subject: str | None
         yield subj, payload, hdrs
 
 
+class _StreamingPublisher:
+    """Publishes rows with PubAcks, across lost connections.
+
+    Every row stays in `unacked` until its PubAck. When the connection is lost, a new one is
+    opened (for `reconnectTimeout`) and the unacknowledged rows are published again, in their
+    order, before the next row: at least once, as a retried task would be.
+    """
+
+    def __init__(self, copts: ConnectionOptions, wopts: WriteOptions) -> None:
+        self.copts, self.wopts = copts, wopts
+        self.conn: StanConnection | None = None
+        self.sc: StreamingClient | None = None
+        self.unacked: dict[int, tuple[str, bytes]] = {}
+        self.refused: list[StanError] = []
+        self.next_key = 0
+
+    def _on_ack(self, key: int, guid: str, err: StanError | None) -> None:
+        if isinstance(err, ConnectionLost):
+            return  # published again on the next connection
+        self.unacked.pop(key, None)
+        if err is not None:
+            self.refused.append(err)
+
+    def _check_refused(self) -> None:
+        if self.refused:
+            err = self.refused[0]
+            if str(err) == ERR_PUB_ACK_TIMEOUT:
+                raise StanError(f"no PubAck from {', '.join(self.copts.servers)} within "
+                                f"{self.wopts.pub_ack_wait:g} s (pubAckWait)")
+            raise StanError(f"{len(self.refused)} messages refused: {err}")
+
+    def _lost(self, exc: BaseException) -> bool:
+        return self.conn is not None and isinstance(self.conn.check(exc), ConnectionLost)
+
+    async def _reopen(self) -> StreamingClient:
+        """A new connection on which every unacknowledged row has been published again."""
+        while True:
+            if self.conn is not None:
+                await self.conn.close()
+            self.conn = StanConnection(self.copts, "w")
+            self.sc = None
+            try:
+                sc = await self.conn.connect(
+                    ack_timeout=self.wopts.pub_ack_wait,
+                    max_pub_acks_inflight=self.wopts.max_pub_acks_in_flight)
+                for key, (subj, payload) in list(self.unacked.items()):
+                    await sc.publish_async(subj, payload,
+                                           ack_handler=functools.partial(self._on_ack, key))
+                self.sc = sc
+                return sc
+            except (StanError, nats_errors.Error, OSError) as exc:
+                if not self._lost(exc):
+                    raise
+
+    async def publish(self, subj: str, payload: bytes) -> None:
+        self._check_refused()
+        key = self.next_key
+        self.next_key += 1
+        self.unacked[key] = (subj, payload)
+        sc = self.sc
+        if sc is not None and not sc.closed:
+            try:
+                await sc.publish_async(subj, payload,
+                                       ack_handler=functools.partial(self._on_ack, key))
+                return
+            except (StanError, nats_errors.Error, OSError) as exc:
+                if not self._lost(exc):
+                    raise
+        await self._reopen()  # publishes this row too
+
+    async def finish(self) -> None:
+        """Until every row is acknowledged (or a refusal fails the write)."""
+        while True:
+            sc = self.sc if self.sc is not None and not self.sc.closed else await self._reopen()
+            await sc.wait_pub_acks()
+            self._check_refused()
+            if not self.unacked:
+                return
+            if not sc.closed:
+                raise AssertionError(f"{len(self.unacked)} rows neither acked nor failed")
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await self.conn.close()
+
+
 async def _publish_streaming(copts: ConnectionOptions, wopts: WriteOptions,
                              batches: Iterator[pa.RecordBatch]) -> int:
-    conn = StanConnection(copts, "w")
+    publisher = _StreamingPublisher(copts, wopts)
     count = 0
-    errors: list[StanError] = []
-
-    def on_ack(guid: str, err: StanError | None) -> None:
-        if err is not None:
-            errors.append(err)
-
     try:
-        sc = await conn.connect(ack_timeout=wopts.pub_ack_wait,
-                                max_pub_acks_inflight=wopts.max_pub_acks_in_flight)
+        await publisher._reopen()
         checked: set[str] = set()
         for batch in batches:
             for subj, payload, _ in _rows(batch, wopts.subject):
-                if errors:
-                    raise StanError(f"publish to channel refused: {errors[0]}")
                 if subj not in checked:
                     check_channel(subj)
                     checked.add(subj)
-                await sc.publish_async(subj, payload, ack_handler=on_ack)
+                await publisher.publish(subj, payload)
                 count += 1
-        await sc.wait_pub_acks()
-        if errors:
-            raise StanError(f"{len(errors)} messages refused: {errors[0]}")
+        await publisher.finish()
     finally:
-        await conn.close()
+        await publisher.close()
     return count
 
 
 async def _publish_core(copts: ConnectionOptions, wopts: WriteOptions,
                         batches: Iterator[pa.RecordBatch]) -> int:
-    nc = await connect(list(copts.servers), **copts.client_kwargs(
-        f"{copts.client_id_prefix}-writer"))
+    """Core publishes, flushed (PING/PONG) after each record batch. When the connection is
+    lost midway, a new one (`reconnectTimeout`) publishes the batch again from its start."""
+    conn = StanConnection(copts, "w")
     count = 0
     try:
+        await conn.connect_nats()
         for batch in batches:
-            for subj, payload, hdrs in _rows(batch, wopts.subject):
-                if hdrs:
-                    await nc.publish(subj, payload, headers=dict(hdrs))
-                else:
-                    await nc.publish(subj, payload)
-                count += 1
-        await nc.flush(timeout=wopts.pub_ack_wait)
+            rows = list(_rows(batch, wopts.subject))
+            while True:
+                nc = conn.nc
+                assert nc is not None
+                try:
+                    for subj, payload, hdrs in rows:
+                        if hdrs:
+                            await nc.publish(subj, payload, headers=dict(hdrs))
+                        else:
+                            await nc.publish(subj, payload)
+                    await nc.flush(timeout=wopts.pub_ack_wait)
+                    break
+                except (nats_errors.Error, OSError) as exc:
+                    if not isinstance(conn.check(exc), ConnectionLost):
+                        raise
+                await conn.close()
+                conn = StanConnection(copts, "w")
+                await conn.connect_nats()
+            count += len(rows)
     finally:
-        await nc.close()
+        await conn.close()
     return count
 
 

@@ -1,0 +1,196 @@
+"""The connector when the server goes away: reads and writes resume on a restarted server, and
+fail within their bound, naming the server, when it does not come back.
+
+The partition readers and the task writer are driven directly here (no Spark) where the test
+must choose the moment of the crash: between two record batches of one task. The server keeps
+its messages in a file store, so a restarted server still has them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from tests.servers import RunningServer, free_port, start_tidings
+from tidings.spark.options import ConnectionOptions, ReadOptions, WriteOptions
+from tidings.spark.planning import SeqRange
+from tidings.spark.reader import NatsPartition, ReadParams, read_partition
+from tidings.spark.stan import StanError
+from tidings.spark.writer import write_batches
+
+from .conftest import publish, wait_streaming
+
+BOUND_SLACK = 10.0  # seconds beyond reconnectTimeout + connectTimeout: catches a hang only
+
+
+class Restartable:
+    """A tidings server on a fixed port whose streaming store survives a kill -9."""
+
+    def __init__(self, store: Path) -> None:
+        self.port = free_port()
+        self.store = store
+        self.server: RunningServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.server = start_tidings(self.port, ["-st", "file", "--dir", str(self.store),
+                                                "--max_msgs", "0"])
+        wait_streaming(self.url)
+
+    def kill(self) -> None:
+        if self.server is not None:
+            self.server.kill()
+            self.server = None
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+
+@pytest.fixture
+def restartable(tmp_path: Path) -> Iterator[Restartable]:
+    srv = Restartable(tmp_path / "store")
+    srv.start()
+    try:
+        yield srv
+    finally:
+        if srv.server is not None:
+            srv.server.stop()
+
+
+def _partition(url: str, channel: str, end: int, fetch: bool, **options: str) -> NatsPartition:
+    copts = ConnectionOptions.parse({"url": url, **options})
+    params = ReadParams.of(ReadOptions.parse({"channels": channel, "batchSize": "100",
+                                              "fetch": str(fetch), **options}))
+    return NatsPartition(SeqRange(channel, 1, end), copts, params, 1000)
+
+
+def _payloads(n: int, size: int = 2000) -> list[bytes]:
+    return [b"%06d" % i + b"x" * size for i in range(1, n + 1)]
+
+
+@pytest.mark.parametrize("fetch", [True, False], ids=["fetch", "subscription"])
+def test_a_read_resumes_on_the_restarted_server(restartable, channel_name, fetch):
+    ch = channel_name()
+    payloads = _payloads(3000)
+    publish(restartable.url, ch, payloads)
+    # maxInFlight 100: the subscription read acknowledges as it goes; fetch replies of 1 MiB
+    batches = read_partition(_partition(restartable.url, ch, 3000, fetch, maxInFlight="100"))
+    first = next(batches)
+    assert 0 < first.num_rows < 3000
+    restartable.restart()
+    rest = list(batches)
+    table = pa.Table.from_batches([first, *rest])
+    assert table.column("sequence").to_pylist() == list(range(1, 3001))
+    assert table.column("data").to_pylist() == payloads
+
+
+@pytest.mark.parametrize("fetch", [True, False], ids=["fetch", "subscription"])
+def test_a_read_fails_in_time_naming_the_server_that_went_away(restartable, channel_name,
+                                                               fetch):
+    ch = channel_name()
+    publish(restartable.url, ch, _payloads(3000))
+    batches = read_partition(_partition(restartable.url, ch, 3000, fetch, maxInFlight="100",
+                                        reconnectTimeout="1", connectTimeout="1"))
+    next(batches)
+    restartable.kill()
+    began = time.monotonic()
+    with pytest.raises(StanError, match="reconnectTimeout") as err:
+        list(batches)
+    assert restartable.url in str(err.value)
+    assert time.monotonic() - began < 1 + 1 + BOUND_SLACK
+
+
+def _rows(channel: str, payloads: list[bytes]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"subject": [channel] * len(payloads),
+                                       "data": payloads})
+
+
+def _crashing(batches: list[pa.RecordBatch], between: object) -> Iterator[pa.RecordBatch]:
+    """The batches, calling `between()` after the first has been handed out (in a thread of
+    its own: the writer consumes the batches on its event loop)."""
+    yield batches[0]
+    worker = threading.Thread(target=between)  # type: ignore[arg-type]
+    worker.start()
+    worker.join()
+    yield from batches[1:]
+
+
+def _stored(url: str, channel: str, count: int) -> list[bytes]:
+    part = _partition(url, channel, count, True)
+    return pa.Table.from_batches(list(read_partition(part))).column("data").to_pylist()
+
+
+def test_a_streaming_write_resumes_on_the_restarted_server(restartable, channel_name):
+    ch = channel_name()
+    payloads = _payloads(4000, 200)
+    chunks = [_rows(ch, payloads[i:i + 1000]) for i in range(0, 4000, 1000)]
+    copts = ConnectionOptions.parse({"url": restartable.url})
+    written = write_batches(copts, WriteOptions.parse({}), _crashing(chunks, restartable.restart))
+    assert written == 4000
+    stored = _stored(restartable.url, ch, 8000)
+    # at least once: every row, in order once the republished duplicates are dropped
+    assert list(dict.fromkeys(stored)) == payloads
+
+
+def test_a_core_write_goes_on_after_a_restart(restartable, channel_name):
+    from .test_write import CoreCollector
+
+    ch = channel_name()
+    payloads = _payloads(2000, 100)
+    chunks = [_rows(ch, payloads[:1000]), _rows(ch, payloads[1000:])]
+    collectors: list[CoreCollector] = []
+
+    def restart() -> None:
+        restartable.restart()
+        collectors.append(CoreCollector(restartable.url, ch))
+
+    copts = ConnectionOptions.parse({"url": restartable.url})
+    try:
+        assert write_batches(copts, WriteOptions.parse({"target": "core"}),
+                             _crashing(chunks, restart)) == 2000
+        assert [m[1] for m in collectors[0].wait(1000)] == payloads[1000:]
+    finally:
+        for c in collectors:
+            c.close()
+
+
+@pytest.mark.parametrize("target", ["streaming", "core"])
+def test_a_write_fails_in_time_naming_the_server_that_went_away(restartable, channel_name,
+                                                                target):
+    ch = channel_name()
+    payloads = _payloads(2000, 100)
+    chunks = [_rows(ch, payloads[:1000]), _rows(ch, payloads[1000:])]
+    copts = ConnectionOptions.parse({"url": restartable.url, "reconnectTimeout": "1",
+                                     "connectTimeout": "1"})
+    began: list[float] = []
+
+    def crash() -> None:
+        restartable.kill()
+        began.append(time.monotonic())
+
+    with pytest.raises(StanError, match="reconnectTimeout") as err:
+        write_batches(copts, WriteOptions.parse({"target": target}), _crashing(chunks, crash))
+    assert restartable.url in str(err.value)
+    assert time.monotonic() - began[0] < 1 + 1 + BOUND_SLACK
+
+
+@pytest.mark.parametrize("target", ["streaming", "core"])
+def test_a_write_to_a_server_that_is_down_fails_in_time(channel_name, target):
+    url = f"nats://127.0.0.1:{free_port()}"
+    copts = ConnectionOptions.parse({"url": url, "reconnectTimeout": "1",
+                                     "connectTimeout": "1"})
+    began = time.monotonic()
+    with pytest.raises(StanError, match="reconnectTimeout") as err:
+        write_batches(copts, WriteOptions.parse({"target": target}),
+                      iter([_rows(channel_name(), [b"x"])]))
+    assert url in str(err.value)
+    assert time.monotonic() - began < 1 + 1 + BOUND_SLACK
