@@ -8,8 +8,10 @@ its messages in a file store, so a restarted server still has them.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,6 +35,7 @@ class Restartable:
 
     def __init__(self, store: Path) -> None:
         self.port = free_port()
+        self.http_port = free_port()
         self.store = store
         self.server: RunningServer | None = None
 
@@ -42,13 +45,19 @@ class Restartable:
 
     def start(self) -> None:
         self.server = start_tidings(self.port, ["-st", "file", "--dir", str(self.store),
-                                                "--max_msgs", "0"])
+                                                "--max_msgs", "0", "-m", str(self.http_port)])
         wait_streaming(self.url)
 
     def kill(self) -> None:
         if self.server is not None:
             self.server.kill()
             self.server = None
+
+    def clients(self) -> list[str]:
+        """The ids of the streaming clients registered now."""
+        url = f"http://127.0.0.1:{self.http_port}/streaming/clientsz"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return [c["id"] for c in json.loads(resp.read())["clients"] or []]
 
     def restart(self) -> None:
         self.kill()
@@ -194,3 +203,77 @@ def test_a_write_to_a_server_that_is_down_fails_in_time(channel_name, target):
                       iter([_rows(channel_name(), [b"x"])]))
     assert url in str(err.value)
     assert time.monotonic() - began < 1 + 1 + BOUND_SLACK
+
+
+# -- through Spark -------------------------------------------------------------------------
+
+
+def _slow_read(spark, url: str, channel: str, **options: str):
+    """One task reading with a subscription that takes one message per acknowledgement."""
+    return (spark.read.format("nats").option("url", url).option("channels", channel)
+            .option("fetch", "false").option("maxInFlight", 1).option("batchSize", 1)
+            .option("minPartitionsPerChannel", 1).options(**options).load())
+
+
+def _when_reading(srv: Restartable, action) -> threading.Thread:
+    """Calls `action()` once a task's reader has registered with the streaming server."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 120
+        while not any(c.startswith("spark-r-") for c in srv.clients()):
+            assert time.monotonic() < deadline, "no task started reading"
+            time.sleep(0.02)
+        action()
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    return thread
+
+
+def test_a_spark_read_recovers_from_a_restart_midway(spark, restartable, channel_name):
+    ch = channel_name()
+    payloads = _payloads(2000, 10)
+    publish(restartable.url, ch, payloads)
+    watcher = _when_reading(restartable, restartable.restart)
+    rows = _slow_read(spark, restartable.url, ch).orderBy("sequence").collect()
+    watcher.join()
+    assert [r.sequence for r in rows] == list(range(1, 2001))
+    assert [bytes(r.data) for r in rows] == payloads
+
+
+def test_a_spark_read_fails_in_time_when_the_server_is_gone(spark, restartable, channel_name):
+    ch = channel_name()
+    publish(restartable.url, ch, _payloads(2000, 10))
+    killed: list[float] = []
+
+    def kill() -> None:
+        restartable.kill()
+        killed.append(time.monotonic())
+
+    watcher = _when_reading(restartable, kill)
+    with pytest.raises(Exception, match="reconnectTimeout") as err:
+        _slow_read(spark, restartable.url, ch, reconnectTimeout="2").collect()
+    watcher.join()
+    assert restartable.url in str(err.value)
+    assert time.monotonic() - killed[0] < 2 + 5 + BOUND_SLACK
+
+
+def test_a_stream_rides_out_a_server_restart(spark, restartable, channel_name, tmp_path):
+    src, dst = channel_name("in"), channel_name("out")
+    publish(restartable.url, src, [b"a%d" % i for i in range(50)])
+    query = (spark.readStream.format("nats").option("url", restartable.url)
+             .option("channels", src).load().selectExpr(f"'{dst}' as subject", "data")
+             .writeStream.format("nats").option("url", restartable.url)
+             .option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        query.processAllAvailable()
+        restartable.restart()
+        publish(restartable.url, src, [b"b%d" % i for i in range(50)])
+        query.processAllAvailable()
+        assert query.isActive and query.exception() is None
+    finally:
+        query.stop()
+    stored = _stored(restartable.url, dst, 200)
+    want = [b"a%d" % i for i in range(50)] + [b"b%d" % i for i in range(50)]
+    assert sorted(set(stored)) == sorted(want)

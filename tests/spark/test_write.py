@@ -44,6 +44,7 @@ class CoreCollector:
 
     def wait(self, n: int, timeout: float = 30) -> list[Any]:
         self.want = n
+        self.enough.clear()  # set by messages that came before this wait
         if len(self.msgs) >= n:
             self.enough.set()
         assert self.enough.wait(timeout), f"{len(self.msgs)} of {n} messages arrived"
