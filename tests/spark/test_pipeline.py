@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 
+import pytest
+
+from tidings.spark.options import OptionError, Use
 from tidings.spark.pipeline import PipelineConfig, start
 
 from .conftest import publish
@@ -95,7 +99,40 @@ def test_cli_wiring():
     assert (cfg.output, cfg.checkpoint) == ("pipeline-out/results", "pipeline-out/checkpoint")
     demo = _config_from_args(build_parser().parse_args(["pipeline", "--demo"]))
     assert demo.output.startswith("pipeline-out/demo-") and demo.window == "5 seconds"
-    assert cfg.nats_options() == {"url": "nats://h:1", "user": "u", "clusterId": "c"}
+    for use in (Use.STREAM_READ, Use.BATCH_WRITE):
+        assert cfg.nats_options(use) == {"url": "nats://h:1", "user": "u", "clusterId": "c"}
+
+
+def test_cli_options_go_where_they_apply_and_misspelt_ones_are_refused(capsys):
+    from tidings.cli import build_parser
+    from tidings.spark.pipeline import _config_from_args, run
+
+    def parse(*options: str):
+        return build_parser().parse_args(
+            ["pipeline", "--url", "nats://h:1", *[a for o in options for a in ("-o", o)]])
+
+    for typo, meant in (("maxInFligth=5", "maxInFlight"), ("pubAckWiat=5", "pubAckWait")):
+        with pytest.raises(OptionError, match=re.escape(
+                f"unknown option {typo.split('=')[0]!r} for tidings pipeline -o (its source is "
+                f"a streaming read, its sink a batch write) (did you mean {meant}?); valid "
+                "options: channels,")):
+            _config_from_args(parse(typo))
+    with pytest.raises(OptionError, match="for batch reads, not for tidings pipeline -o"):
+        _config_from_args(parse("endSequence=9"))
+    with pytest.raises(OptionError, match="--results-target"):
+        _config_from_args(parse("target=core"))
+    # The command stops there, before Spark starts.
+    assert run(parse("maxInFligth=5")) == 2
+    assert "did you mean maxInFlight?" in capsys.readouterr().err
+
+    cfg = _config_from_args(parse("fetch=false", "pubAckWait=20", "user=u",
+                                  "startingOffsets=latest"))
+    assert cfg.nats_options(Use.STREAM_READ) == {
+        "url": "nats://h:1", "fetch": "false", "user": "u", "startingOffsets": "latest"}
+    assert cfg.nats_options(Use.BATCH_WRITE) == {
+        "url": "nats://h:1", "pubAckWait": "20", "user": "u"}
+    assert cfg.nats_options(Use.BATCH_READ) == {"url": "nats://h:1", "fetch": "false",
+                                                "user": "u"}
 
 
 def _progress(batch, rows, start, end, watermark="1970-01-01T00:00:00.000Z"):
@@ -134,7 +171,10 @@ def test_every_batch_and_every_final_window_are_printed(spark, stan_server, chan
                          output=str(tmp_path / "out"), checkpoint=str(tmp_path / "ckpt"),
                          results_channel=channel_name("results"), window="10 seconds",
                          watermark="5 seconds", trigger="availableNow",
-                         max_messages_per_trigger=4)
+                         max_messages_per_trigger=4,
+                         # each goes only to the source or the sink it applies to
+                         source_options={"fetch": "false", "pubAckWait": "20",
+                                         "connectTimeout": "4"})
     lines: list[str] = []
     log = ProgressLog(start(spark, cfg), lines.append)
     watch(log, lambda: False, every=600)  # one report at the end must still show them all

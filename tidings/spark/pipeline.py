@@ -34,6 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# Absolute: this file also runs as a script (spark-submit .../pipeline.py).
+from tidings.spark.options import OptionError, Use, applies, check_names
+
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
 
@@ -53,10 +56,22 @@ class PipelineConfig:
     watermark: str = "30 seconds"
     trigger: str = "5 seconds"  # a processing-time interval, or "availableNow"
     max_messages_per_trigger: int | None = None
-    source_options: dict[str, str] = field(default_factory=dict)  # clusterId, user, tls...
+    # -o options (clusterId, user, tls...), each passed to the source and/or the sink it
+    # applies to
+    source_options: dict[str, str] = field(default_factory=dict)
 
-    def nats_options(self) -> dict[str, str]:
-        return {"url": self.url, **self.source_options}
+    def __post_init__(self) -> None:
+        if any(key.lower() == "target" for key in self.source_options):
+            raise OptionError("option target: the pipeline's sink target is --results-target")
+        check_names(self.source_options, Use.STREAM_READ, Use.BATCH_WRITE, spark=False,
+                    what="tidings pipeline -o (its source is a streaming read, its sink a "
+                         "batch write)")
+
+    def nats_options(self, use: Use) -> dict[str, str]:
+        """The nats options of the pipeline's reads (`Use.STREAM_READ`, the demo's
+        `Use.BATCH_READ`) or of its sink (`Use.BATCH_WRITE`)."""
+        return {"url": self.url,
+                **{k: v for k, v in self.source_options.items() if applies(k, use)}}
 
 
 def events(spark: Any, cfg: PipelineConfig) -> Any:
@@ -64,7 +79,7 @@ def events(spark: Any, cfg: PipelineConfig) -> Any:
     from pyspark.sql import functions as F
 
     reader = spark.readStream.format("nats").option("channels", ",".join(cfg.channels))
-    for key, value in cfg.nats_options().items():
+    for key, value in cfg.nats_options(Use.STREAM_READ).items():
         reader = reader.option(key, value)
     if cfg.max_messages_per_trigger:
         reader = reader.option("maxMessagesPerTrigger", cfg.max_messages_per_trigger)
@@ -130,7 +145,7 @@ def start(spark: Any, cfg: PipelineConfig) -> list[Any]:
             F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("window_start"),
             F.date_format("window_end", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("window_end"),
             "key", "count", "sum", "avg", "min", "max"))
-        options = {**cfg.nats_options(), "target": cfg.results_target}
+        options = {**cfg.nats_options(Use.BATCH_WRITE), "target": cfg.results_target}
 
         def publish_batch(batch: Any, batch_id: int) -> None:
             # Update mode is not open to Python streaming sinks, so each micro-batch's
@@ -332,7 +347,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """`tidings pipeline`."""
-    cfg = _config_from_args(args)
+    try:
+        cfg = _config_from_args(args)
+    except OptionError as exc:
+        print(f"tidings pipeline: {exc}", file=sys.stderr)
+        return 2
     if args.demo:
         return _demo(args, cfg)
     conf = dict(item.split("=", 1) for item in args.conf or [])
@@ -507,7 +526,7 @@ def _summary(spark: Any, cfg: PipelineConfig, fed: int) -> None:
               flush=True)
     if cfg.results_channel and cfg.results_target == "streaming":
         results = (spark.read.format("nats").option("channels", cfg.results_channel)
-                   .options(**cfg.nats_options()).load())
+                   .options(**cfg.nats_options(Use.BATCH_READ)).load())
         print(f"demo: {results.count()} window updates published on channel "
               f"{cfg.results_channel}", flush=True)
 
