@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +191,52 @@ def test_every_batch_and_every_final_window_are_printed(spark, stan_server, chan
     out = capsys.readouterr().out
     for w in range(3):
         assert f"{_utc_naive(w):%H:%M:%S}-{_utc_naive(w + 1):%H:%M:%S} keys=4   count=4 " in out
+
+
+def test_master_comes_from_the_command_line_then_spark_submit_then_defaults():
+    from tidings.spark.pipeline import choose_master
+
+    submitted = {"PYSPARK_GATEWAY_PORT": "40000", "SPARK_MASTER": "spark://env:7077"}
+    assert choose_master("local[3]", submitted) == "local[3]"
+    assert choose_master(None, submitted) is None  # keep spark-submit's
+    assert choose_master(None, {"PYSPARK_SUBMIT_ARGS": "--master yarn pyspark-shell",
+                                "SPARK_MASTER": "spark://env:7077"}) == "yarn"
+    assert choose_master(None, {"PYSPARK_SUBMIT_ARGS": "--master=local[5] pyspark-shell"}) \
+        == "local[5]"
+    assert choose_master(None, {"SPARK_MASTER": "spark://env:7077"}) == "spark://env:7077"
+    assert choose_master(None, {}) == "local[2]"
+
+
+def test_shuffle_partitions_the_user_chose_are_kept(spark):
+    from tidings.spark.pipeline import SHUFFLE_PARTITIONS, set_shuffle_partitions
+
+    # The shared session was built with 2; two per core would be 4 on local[2].
+    assert spark.sparkContext.defaultParallelism == 2
+    assert set_shuffle_partitions(spark, {}) == 2
+    assert spark.conf.get(SHUFFLE_PARTITIONS) == "2"
+
+
+def test_spark_submit_master_and_shuffle_partitions(stan_server, channel_name, tmp_path):
+    import pyspark
+
+    import tidings
+    from tidings.spark import pipeline
+
+    events = channel_name("events")
+    publish(stan_server.url, events, [_event("k1", 1, 1), _event("k1", 2, 30)])
+    root = str(Path(tidings.__file__).resolve().parents[1])
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+           "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    env.pop("SPARK_MASTER", None)  # the script's old default would have won over --master
+    proc = subprocess.run(
+        [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--master", "local[1]",
+         "--conf", "spark.ui.enabled=false", pipeline.__file__,
+         "--url", stan_server.url, "--channels", events, "--results-channel", "",
+         "--trigger", "availableNow", "--window", "10 seconds", "--watermark", "1 second",
+         "--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ckpt")],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    # spark-submit's master, and two shuffle partitions per core of it
+    assert "; Spark master local[1], 2 shuffle partitions" in proc.stdout, proc.stdout
+    assert "batch 0: 2 events in" in proc.stdout, proc.stdout
