@@ -107,7 +107,8 @@ _INSTEAD = {
     ("startingOffsets", Use.BATCH_READ): "batch reads use startSequence, endSequence, startTime",
 }
 
-_NAMES = {name.lower(): name for name in (*OPTIONS, *SPARK_OPTIONS)}
+_EVERY = {**OPTIONS, **SPARK_OPTIONS}
+_NAMES = {name.lower(): name for name in _EVERY}
 
 
 def _uses_text(uses: frozenset[Use]) -> str:
@@ -123,14 +124,14 @@ def _uses_text(uses: frozenset[Use]) -> str:
 def valid_names(*uses: Use, spark: bool = True) -> list[str]:
     """The options (as documented) that apply to at least one of `uses`; with `spark`, also
     the keys Spark adds itself."""
-    table = {**OPTIONS, **SPARK_OPTIONS} if spark else OPTIONS
+    table = _EVERY if spark else OPTIONS
     return [name for name, where in table.items() if where.intersection(uses)]
 
 
 def applies(name: str, use: Use) -> bool:
     """Whether option `name` (any case) does something for `use`."""
     known = _NAMES.get(name.lower())
-    return known is not None and use in {**OPTIONS, **SPARK_OPTIONS}[known]
+    return known is not None and use in _EVERY[known]
 
 
 def check_names(options: Iterable[str], *uses: Use, spark: bool = True,
@@ -140,7 +141,7 @@ def check_names(options: Iterable[str], *uses: Use, spark: bool = True,
     what = what or " or ".join(f"a {use.value}" for use in uses)
     own = valid_names(*uses, spark=False)
     accepted = {name.lower() for name in valid_names(*uses, spark=spark)}
-    problems = []
+    problems: list[str] = []
     unknown = False
     for key in sorted(str(k) for k in options if str(k).lower() not in accepted):
         name = _NAMES.get(key.lower())
@@ -148,9 +149,8 @@ def check_names(options: Iterable[str], *uses: Use, spark: bool = True,
             unknown = True
             problems.append(f"unknown option {key!r} for {what}{_suggestion(key.lower(), own)}")
             continue
-        where = {**OPTIONS, **SPARK_OPTIONS}[name]
         instead = [_INSTEAD[name, use] for use in uses if (name, use) in _INSTEAD]
-        problems.append(f"option {name} is for {_uses_text(where)}, not for {what}"
+        problems.append(f"option {name} is for {_uses_text(_EVERY[name])}, not for {what}"
                         + (f" ({'; '.join(instead)})" if instead else ""))
     if problems:
         listing = f"; valid options: {', '.join(own)}" if unknown else ""
