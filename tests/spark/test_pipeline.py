@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
+
+from tidings.spark.options import OptionError, Use
 from tidings.spark.pipeline import PipelineConfig, start
 
 from .conftest import publish
@@ -95,7 +103,40 @@ def test_cli_wiring():
     assert (cfg.output, cfg.checkpoint) == ("pipeline-out/results", "pipeline-out/checkpoint")
     demo = _config_from_args(build_parser().parse_args(["pipeline", "--demo"]))
     assert demo.output.startswith("pipeline-out/demo-") and demo.window == "5 seconds"
-    assert cfg.nats_options() == {"url": "nats://h:1", "user": "u", "clusterId": "c"}
+    for use in (Use.STREAM_READ, Use.BATCH_WRITE):
+        assert cfg.nats_options(use) == {"url": "nats://h:1", "user": "u", "clusterId": "c"}
+
+
+def test_cli_options_go_where_they_apply_and_misspelt_ones_are_refused(capsys):
+    from tidings.cli import build_parser
+    from tidings.spark.pipeline import _config_from_args, run
+
+    def parse(*options: str):
+        return build_parser().parse_args(
+            ["pipeline", "--url", "nats://h:1", *[a for o in options for a in ("-o", o)]])
+
+    for typo, meant in (("maxInFligth=5", "maxInFlight"), ("pubAckWiat=5", "pubAckWait")):
+        with pytest.raises(OptionError, match=re.escape(
+                f"unknown option {typo.split('=')[0]!r} for tidings pipeline -o (its source is "
+                f"a streaming read, its sink a batch write) (did you mean {meant}?); valid "
+                "options: channels,")):
+            _config_from_args(parse(typo))
+    with pytest.raises(OptionError, match="for batch reads, not for tidings pipeline -o"):
+        _config_from_args(parse("endSequence=9"))
+    with pytest.raises(OptionError, match="--results-target"):
+        _config_from_args(parse("target=core"))
+    # The command stops there, before Spark starts.
+    assert run(parse("maxInFligth=5")) == 2
+    assert "did you mean maxInFlight?" in capsys.readouterr().err
+
+    cfg = _config_from_args(parse("fetch=false", "pubAckWait=20", "user=u",
+                                  "startingOffsets=latest"))
+    assert cfg.nats_options(Use.STREAM_READ) == {
+        "url": "nats://h:1", "fetch": "false", "user": "u", "startingOffsets": "latest"}
+    assert cfg.nats_options(Use.BATCH_WRITE) == {
+        "url": "nats://h:1", "pubAckWait": "20", "user": "u"}
+    assert cfg.nats_options(Use.BATCH_READ) == {"url": "nats://h:1", "fetch": "false",
+                                                "user": "u"}
 
 
 def _progress(batch, rows, start, end, watermark="1970-01-01T00:00:00.000Z"):
@@ -134,7 +175,10 @@ def test_every_batch_and_every_final_window_are_printed(spark, stan_server, chan
                          output=str(tmp_path / "out"), checkpoint=str(tmp_path / "ckpt"),
                          results_channel=channel_name("results"), window="10 seconds",
                          watermark="5 seconds", trigger="availableNow",
-                         max_messages_per_trigger=4)
+                         max_messages_per_trigger=4,
+                         # each goes only to the source or the sink it applies to
+                         source_options={"fetch": "false", "pubAckWait": "20",
+                                         "connectTimeout": "4"})
     lines: list[str] = []
     log = ProgressLog(start(spark, cfg), lines.append)
     watch(log, lambda: False, every=600)  # one report at the end must still show them all
@@ -147,3 +191,52 @@ def test_every_batch_and_every_final_window_are_printed(spark, stan_server, chan
     out = capsys.readouterr().out
     for w in range(3):
         assert f"{_utc_naive(w):%H:%M:%S}-{_utc_naive(w + 1):%H:%M:%S} keys=4   count=4 " in out
+
+
+def test_master_comes_from_the_command_line_then_spark_submit_then_defaults():
+    from tidings.spark.pipeline import choose_master
+
+    submitted = {"PYSPARK_GATEWAY_PORT": "40000", "SPARK_MASTER": "spark://env:7077"}
+    assert choose_master("local[3]", submitted) == "local[3]"
+    assert choose_master(None, submitted) is None  # keep spark-submit's
+    assert choose_master(None, {"PYSPARK_SUBMIT_ARGS": "--master yarn pyspark-shell",
+                                "SPARK_MASTER": "spark://env:7077"}) == "yarn"
+    assert choose_master(None, {"PYSPARK_SUBMIT_ARGS": "--master=local[5] pyspark-shell"}) \
+        == "local[5]"
+    assert choose_master(None, {"SPARK_MASTER": "spark://env:7077"}) == "spark://env:7077"
+    assert choose_master(None, {}) == "local[2]"
+
+
+def test_shuffle_partitions_the_user_chose_are_kept(spark):
+    from tidings.spark.pipeline import SHUFFLE_PARTITIONS, set_shuffle_partitions
+
+    # The shared session was built with 2; two per core would be 4 on local[2].
+    assert spark.sparkContext.defaultParallelism == 2
+    assert set_shuffle_partitions(spark, {}) == 2
+    assert spark.conf.get(SHUFFLE_PARTITIONS) == "2"
+
+
+def test_spark_submit_master_and_shuffle_partitions(stan_server, channel_name, tmp_path):
+    import pyspark
+
+    import tidings
+    from tidings.spark import pipeline
+
+    events = channel_name("events")
+    publish(stan_server.url, events, [_event("k1", 1, 1), _event("k1", 2, 30)])
+    root = str(Path(tidings.__file__).resolve().parents[1])
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+           "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    env.pop("SPARK_MASTER", None)  # the script's old default would have won over --master
+    proc = subprocess.run(
+        [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--master", "local[1]",
+         "--conf", "spark.ui.enabled=false", pipeline.__file__,
+         "--url", stan_server.url, "--channels", events, "--results-channel", "",
+         "--trigger", "availableNow", "--window", "10 seconds", "--watermark", "1 second",
+         "--output", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ckpt")],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    # spark-submit's master, and two shuffle partitions per core of it
+    assert "; Spark master local[1], 2 shuffle partitions" in proc.stdout, proc.stdout
+    assert "batch 0: 2 events in" in proc.stdout, proc.stdout

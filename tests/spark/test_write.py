@@ -119,3 +119,48 @@ def test_write_errors(spark, stan_server, channel_name):
     ok = spark.createDataFrame([(channel_name(), "b")], "subject string, data string")
     with pytest.raises(Exception, match="cannot be overwritten"):
         ok.write.format("nats").mode("overwrite").option("url", stan_server.url).save()
+
+
+def test_writes_from_another_thread(spark, stan_server, channel_name, tmp_path):
+    import tidings.spark
+
+    src, dst, batch_dst = channel_name("src"), channel_name("dst"), channel_name("batch")
+    publish(stan_server.url, src, [b"s1", b"s2", b"s3"])
+    df = spark.createDataFrame([(batch_dst, "from a thread")], "subject string, data string")
+    outcome: dict[str, str] = {}
+
+    def batch_write(label: str, register: bool) -> None:
+        try:
+            if register:
+                tidings.spark.register(spark)
+            df.write.format("nats").mode("append").option("url", stan_server.url).save()
+            outcome[label] = "written"
+        except Exception as exc:  # noqa: BLE001 - reported to the test thread
+            outcome[label] = str(exc)
+
+    def stream_write() -> None:
+        try:
+            tidings.spark.register(spark)
+            query = (spark.readStream.format("nats").option("url", stan_server.url)
+                     .option("channels", src).load()
+                     .selectExpr(f"'{dst}' as subject", "data")
+                     .writeStream.format("nats").option("url", stan_server.url)
+                     .option("checkpointLocation", str(tmp_path / "ckpt"))
+                     .trigger(availableNow=True).start())
+            query.awaitTermination(120)
+            outcome["stream"] = str(query.exception() or "written")
+        except Exception as exc:  # noqa: BLE001 - reported to the test thread
+            outcome["stream"] = str(exc)
+
+    for target, args in ((batch_write, ("bare", False)), (batch_write, ("registered", True)),
+                         (stream_write, ())):
+        thread = threading.Thread(target=target, args=args)
+        thread.start()
+        thread.join(180)
+    # Spark looks the source up in the calling thread's active session; a new thread has
+    # none until register() sets it.
+    assert "DATA_SOURCE_NOT_FOUND" in outcome["bare"]
+    assert outcome["registered"] == "written"
+    assert outcome["stream"] == "written"
+    assert _read_back(spark, stan_server, batch_dst) == [(1, b"from a thread")]
+    assert sorted(d for _, d in _read_back(spark, stan_server, dst)) == [b"s1", b"s2", b"s3"]

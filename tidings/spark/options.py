@@ -2,19 +2,26 @@
 
 Spark hands a Python data source its options as strings under lower-cased names
 (`option("startSequence", 5)` arrives as `{"startsequence": "5"}`), so every lookup here is by
-the lower-cased name and every value is converted from text. Errors name the option as the user
-wrote it.
+the lower-cased name and every value is converted from text. Errors name the option as
+documented (camelCase).
+
+`OPTIONS` lists every option and what it applies to; an option that does nothing where it is
+given (misspelt, or meant for another use) is refused.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from enum import Enum
 from typing import Any
+
+from .planning import subject_matches
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 DEFAULT_CLUSTER_ID = "test-cluster"
@@ -23,7 +30,144 @@ FETCH_PARTITION = 250_000  # default messagesPerPartition when the server answer
 
 
 class OptionError(ValueError):
-    """An option of the `nats` data source has a bad value."""
+    """An option of the `nats` data source is unknown, misplaced or has a bad value."""
+
+
+class Use(Enum):
+    """What the data source is asked to do; each takes its own options."""
+
+    BATCH_READ = "batch read"
+    STREAM_READ = "streaming read"
+    BATCH_WRITE = "batch write"
+    STREAM_WRITE = "streaming write"
+
+
+READS = frozenset({Use.BATCH_READ, Use.STREAM_READ})
+WRITES = frozenset({Use.BATCH_WRITE, Use.STREAM_WRITE})
+ANY = READS | WRITES
+
+# Every option, named as in docs/spark.md, and the uses it applies to. The parsers below read
+# only names listed here (`_get` refuses others) and `check_names` accepts only these.
+OPTIONS: dict[str, frozenset[Use]] = {
+    # reading
+    "channels": READS,
+    "channel": READS,
+    "channelPattern": READS,
+    "startSequence": READS,
+    "endSequence": frozenset({Use.BATCH_READ}),
+    "startTime": READS,
+    "messagesPerPartition": READS,
+    "fetch": READS,
+    "minPartitionsPerChannel": frozenset({Use.BATCH_READ}),
+    "maxInFlight": READS,
+    "maxBytesInFlight": READS,
+    "ackWait": READS,
+    "batchSize": READS,
+    "readTimeout": READS,
+    "startingOffsets": frozenset({Use.STREAM_READ}),
+    "maxMessagesPerTrigger": frozenset({Use.STREAM_READ}),
+    # writing
+    "target": WRITES,
+    "subject": WRITES,
+    "pubAckWait": WRITES,
+    "maxPubAcksInFlight": WRITES,
+    # connection
+    "url": ANY,
+    "clusterId": ANY,
+    "clientIdPrefix": ANY,
+    "user": ANY,
+    "password": ANY,
+    "token": ANY,
+    "credsFile": ANY,
+    "nkeySeedFile": ANY,
+    "tls": ANY,
+    "tlsCaFile": ANY,
+    "tlsCertFile": ANY,
+    "tlsKeyFile": ANY,
+    "tlsInsecure": ANY,
+    "tlsHostname": ANY,
+    "connectTimeout": ANY,
+    "requestTimeout": ANY,
+    "reconnectTimeout": ANY,
+    "monitorUrl": ANY,
+}
+
+# Keys Spark itself adds to a Python data source's options (recorded from Spark 4.3):
+# load(path) / load([paths]) / save(path) / writeStream...start(path), a streaming query's
+# queryName() and its checkpointLocation option. Accepted and ignored.
+SPARK_OPTIONS: dict[str, frozenset[Use]] = {
+    "path": ANY,
+    "paths": frozenset({Use.BATCH_READ}),
+    "queryName": frozenset({Use.STREAM_WRITE}),
+    "checkpointLocation": frozenset({Use.STREAM_WRITE}),
+}
+
+# What to use instead of an option given where it does nothing, when that is not obvious.
+_INSTEAD = {
+    ("startingOffsets", Use.BATCH_READ): "batch reads use startSequence, endSequence, startTime",
+}
+
+_EVERY = {**OPTIONS, **SPARK_OPTIONS}
+_NAMES = {name.lower(): name for name in _EVERY}
+
+
+def _uses_text(uses: frozenset[Use]) -> str:
+    if uses == ANY:
+        return "reads and writes"
+    if uses == READS:
+        return "reads"
+    if uses == WRITES:
+        return "writes"
+    return " and ".join(f"{use.value}s" for use in Use if use in uses)
+
+
+def valid_names(*uses: Use, spark: bool = True) -> list[str]:
+    """The options (as documented) that apply to at least one of `uses`; with `spark`, also
+    the keys Spark adds itself."""
+    table = _EVERY if spark else OPTIONS
+    return [name for name, where in table.items() if where.intersection(uses)]
+
+
+def applies(name: str, use: Use) -> bool:
+    """Whether option `name` (any case) does something for `use`."""
+    known = _NAMES.get(name.lower())
+    return known is not None and use in _EVERY[known]
+
+
+def check_names(options: Iterable[str], *uses: Use, spark: bool = True,
+                what: str | None = None) -> None:
+    """Refuse every option in `options` that applies to none of `uses`: unknown (misspelt,
+    with the closest valid name) or meant for another use. `what` names the use in errors."""
+    what = what or " or ".join(f"a {use.value}" for use in uses)
+    own = valid_names(*uses, spark=False)
+    accepted = {name.lower() for name in valid_names(*uses, spark=spark)}
+    problems: list[str] = []
+    unknown = False
+    for key in sorted(str(k) for k in options if str(k).lower() not in accepted):
+        name = _NAMES.get(key.lower())
+        if name is None:
+            unknown = True
+            problems.append(f"unknown option {key!r} for {what}{_suggestion(key.lower(), own)}")
+            continue
+        instead = [_INSTEAD[name, use] for use in uses if (name, use) in _INSTEAD]
+        problems.append(f"option {name} is for {_uses_text(_EVERY[name])}, not for {what}"
+                        + (f" ({'; '.join(instead)})" if instead else ""))
+    if problems:
+        listing = f"; valid options: {', '.join(own)}" if unknown else ""
+        raise OptionError("; ".join(problems) + listing)
+
+
+def _suggestion(key: str, own: list[str]) -> str:
+    """` (did you mean X?)` for the valid name closest to `key`, else a name meant for
+    another use, else nothing."""
+    for names in (own, list(OPTIONS)):
+        lowered = {name.lower(): name for name in names}
+        close = difflib.get_close_matches(key, list(lowered), n=1, cutoff=0.7)
+        if close:
+            name = lowered[close[0]]
+            other = "" if name in own else f", which is for {_uses_text(OPTIONS[name])}"
+            return f" (did you mean {name}{other}?)"
+    return ""
 
 
 def _lower(options: Mapping[str, Any]) -> dict[str, str]:
@@ -31,6 +175,8 @@ def _lower(options: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _get(opts: dict[str, str], name: str, default: str = "") -> str:
+    if name not in OPTIONS:  # keeps the parsers and the table (and with it the check) together
+        raise KeyError(f"option {name} is not in OPTIONS")
     return opts.get(name.lower(), default).strip()
 
 
@@ -217,7 +363,9 @@ class ReadOptions:
         return FETCH_PARTITION if fetching else SUBSCRIPTION_PARTITION
 
     @classmethod
-    def parse(cls, options: Mapping[str, Any]) -> ReadOptions:
+    def parse(cls, options: Mapping[str, Any], stream: bool = False) -> ReadOptions:
+        """A batch read's options, or with `stream` a streaming read's."""
+        check_names(options, Use.STREAM_READ if stream else Use.BATCH_READ)
         opts = _lower(options)
         channels = tuple(check_channel(c) for c in split_names(_get(opts, "channels")))
         single = _get(opts, "channel")
@@ -233,11 +381,15 @@ class ReadOptions:
             raise OptionError("options startSequence and startTime exclude each other")
         if start_seq is not None and end_seq is not None and end_seq < start_seq:
             raise OptionError(f"option endSequence ({end_seq}) < startSequence ({start_seq})")
-        starting = _get(opts, "startingOffsets", "earliest") or "earliest"
+        starting = _get(opts, "startingOffsets") or "earliest"
+        if _get(opts, "startingOffsets") and (start_seq is not None or start_time):
+            raise OptionError("option startingOffsets excludes startSequence and startTime "
+                              "(they set where a stream starts too)")
         if starting.lower() in ("earliest", "latest"):
             starting = starting.lower()
         else:
-            parse_offsets_json(starting, "startingOffsets")
+            _check_offset_channels(parse_offsets_json(starting, "startingOffsets"),
+                                   channels, pattern)
         max_trigger = _int(opts, "maxMessagesPerTrigger", None, 1)
         return cls(
             channels=tuple(dict.fromkeys(channels)),
@@ -257,6 +409,19 @@ class ReadOptions:
             max_messages_per_trigger=max_trigger,
             fetch=_bool(opts, "fetch", True),
         )
+
+
+def _check_offset_channels(offsets: dict[str, int], channels: tuple[str, ...],
+                           pattern: str | None) -> None:
+    """A channel in startingOffsets that the stream does not read is a mistake."""
+    stray = [ch for ch in offsets if ch not in channels
+             and not (pattern and subject_matches(pattern, ch))]
+    if stray:
+        among = f"channels ({', '.join(channels) or 'none'})"
+        if pattern:
+            among += f" nor matching channelPattern {pattern}"
+        raise OptionError(f"option startingOffsets: {', '.join(map(repr, stray))} "
+                          f"not among {among}")
 
 
 def parse_offsets_json(text: str, name: str) -> dict[str, int]:
@@ -282,7 +447,9 @@ class WriteOptions:
     max_pub_acks_in_flight: int = 16_384
 
     @classmethod
-    def parse(cls, options: Mapping[str, Any]) -> WriteOptions:
+    def parse(cls, options: Mapping[str, Any], stream: bool = False) -> WriteOptions:
+        """A batch write's options, or with `stream` a streaming write's."""
+        check_names(options, Use.STREAM_WRITE if stream else Use.BATCH_WRITE)
         opts = _lower(options)
         target = (_get(opts, "target", "streaming") or "streaming").lower()
         if target not in ("streaming", "core"):

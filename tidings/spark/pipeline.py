@@ -15,7 +15,8 @@ the same directories, and both resume at the offsets of their last completed mic
 
 Runs on local Spark (`--master local[2]`, the default) or on a cluster (`--master
 spark://host:7077`, `yarn`, ...; the executors need tidings installed, see docs/spark.md). Also
-submit-able: `spark-submit path/to/tidings/spark/pipeline.py --channels events ...`.
+submit-able: `spark-submit path/to/tidings/spark/pipeline.py --channels events ...`, which
+runs on spark-submit's master unless the script is given --master too.
 """
 
 from __future__ import annotations
@@ -24,15 +25,19 @@ import argparse
 import json
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+# Absolute: this file also runs as a script (spark-submit .../pipeline.py).
+from tidings.spark.options import OptionError, Use, applies, check_names
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
@@ -53,10 +58,22 @@ class PipelineConfig:
     watermark: str = "30 seconds"
     trigger: str = "5 seconds"  # a processing-time interval, or "availableNow"
     max_messages_per_trigger: int | None = None
-    source_options: dict[str, str] = field(default_factory=dict)  # clusterId, user, tls...
+    # -o options (clusterId, user, tls...), each passed to the source and/or the sink it
+    # applies to
+    source_options: dict[str, str] = field(default_factory=dict)
 
-    def nats_options(self) -> dict[str, str]:
-        return {"url": self.url, **self.source_options}
+    def __post_init__(self) -> None:
+        if any(key.lower() == "target" for key in self.source_options):
+            raise OptionError("option target: the pipeline's sink target is --results-target")
+        check_names(self.source_options, Use.STREAM_READ, Use.BATCH_WRITE, spark=False,
+                    what="tidings pipeline -o (its source is a streaming read, its sink a "
+                         "batch write)")
+
+    def nats_options(self, use: Use) -> dict[str, str]:
+        """The nats options of the pipeline's reads (`Use.STREAM_READ`, the demo's
+        `Use.BATCH_READ`) or of its sink (`Use.BATCH_WRITE`)."""
+        return {"url": self.url,
+                **{k: v for k, v in self.source_options.items() if applies(k, use)}}
 
 
 def events(spark: Any, cfg: PipelineConfig) -> Any:
@@ -64,7 +81,7 @@ def events(spark: Any, cfg: PipelineConfig) -> Any:
     from pyspark.sql import functions as F
 
     reader = spark.readStream.format("nats").option("channels", ",".join(cfg.channels))
-    for key, value in cfg.nats_options().items():
+    for key, value in cfg.nats_options(Use.STREAM_READ).items():
         reader = reader.option(key, value)
     if cfg.max_messages_per_trigger:
         reader = reader.option("maxMessagesPerTrigger", cfg.max_messages_per_trigger)
@@ -130,7 +147,7 @@ def start(spark: Any, cfg: PipelineConfig) -> list[Any]:
             F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("window_start"),
             F.date_format("window_end", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("window_end"),
             "key", "count", "sum", "avg", "min", "max"))
-        options = {**cfg.nats_options(), "target": cfg.results_target}
+        options = {**cfg.nats_options(Use.BATCH_WRITE), "target": cfg.results_target}
 
         def publish_batch(batch: Any, batch_id: int) -> None:
             # Update mode is not open to Python streaming sinks, so each micro-batch's
@@ -148,24 +165,79 @@ def start(spark: Any, cfg: PipelineConfig) -> list[Any]:
 # -- running it -------------------------------------------------------------------------
 
 
-def spark_session(master: str, app_name: str = "tidings-pipeline",
+DEFAULT_MASTER = "local[2]"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+def choose_master(explicit: str | None, environ: Mapping[str, str] = os.environ
+                  ) -> str | None:
+    """The master to build the session with; None to keep the one spark-submit configured.
+
+    --master on the pipeline's command line wins. Under spark-submit the JVM starts first and
+    hands its address to this Python in PYSPARK_GATEWAY_PORT (what pyspark itself checks); its
+    conf already holds spark-submit's master (its --master, conf, or its default local[*]).
+    A plain run takes a --master from PYSPARK_SUBMIT_ARGS, then $SPARK_MASTER, then local[2].
+    """
+    if explicit:
+        return explicit
+    if "PYSPARK_GATEWAY_PORT" in environ:
+        return None
+    args = shlex.split(environ.get("PYSPARK_SUBMIT_ARGS", ""))
+    for i, arg in enumerate(args):
+        if arg == "--master" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--master="):
+            return arg.partition("=")[2]
+    return environ.get("SPARK_MASTER") or DEFAULT_MASTER
+
+
+def spark_session(master: str | None, app_name: str = "tidings-pipeline",
                   conf: dict[str, str] | None = None) -> Any:
-    """A SparkSession for the pipeline; local masters bind to the loopback interface."""
-    if master.startswith("local"):
+    """A SparkSession for the pipeline (`master` None: the one already configured, see
+    `choose_master`); local masters bind to the loopback interface."""
+    local = master is not None and master.startswith("local")
+    if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
     settings = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false"}
-    if master.startswith("local"):
-        settings.update({"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false"})
+    if local:
+        settings["spark.ui.enabled"] = "false"
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    set_shuffle_partitions(session, conf or {})
     return session
+
+
+def set_shuffle_partitions(session: Any, conf: Mapping[str, str]) -> int:
+    """Unless the user chose spark.sql.shuffle.partitions (--conf, spark-submit's conf or
+    spark-defaults), two per core Spark has; the number the session ends up with.
+
+    Spark's default of 200 means 200 tasks, each loading and committing its share of the
+    window state, per micro-batch and stateful query: most of a batch's time when the batch is
+    small (a 4,000-event first batch took 3 min 53 s on a cluster, 35 s with 4 partitions).
+    Two per core keeps every core busy when keys are spread unevenly, and still gives 4 when
+    a standalone cluster's executors register only after the session started (Spark then
+    reports 2 cores). A checkpointed query keeps the number it started with.
+    """
+    if SHUFFLE_PARTITIONS not in conf and not session.sparkContext.getConf().contains(
+            SHUFFLE_PARTITIONS):
+        cores = max(1, session.sparkContext.defaultParallelism)
+        session.conf.set(SHUFFLE_PARTITIONS, str(2 * cores))
+    return int(session.conf.get(SHUFFLE_PARTITIONS))
+
+
+def session_line(session: Any) -> str:
+    """Where the pipeline runs, for its first output line."""
+    return (f"Spark master {session.sparkContext.master}, "
+            f"{session.conf.get(SHUFFLE_PARTITIONS)} shuffle partitions")
 
 
 NO_WATERMARK = "1970-01-01T00:00:00.000Z"  # Spark's watermark before any event time
@@ -313,8 +385,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "availableNow (process what is there, then stop)")
     parser.add_argument("--max-per-trigger", type=int, default=None,
                         help="at most this many events per micro-batch")
-    parser.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[2]"),
-                        help="Spark master (default local[2])")
+    parser.add_argument("--master", default=None,
+                        help="Spark master (default: spark-submit's when run under it, else "
+                             f"$SPARK_MASTER or {DEFAULT_MASTER})")
     parser.add_argument("--conf", action="append", metavar="KEY=VALUE",
                         help="extra Spark configuration")
     parser.add_argument("-o", "--option", action="append", metavar="KEY=VALUE",
@@ -332,18 +405,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """`tidings pipeline`."""
-    cfg = _config_from_args(args)
+    try:
+        cfg = _config_from_args(args)
+    except OptionError as exc:
+        print(f"tidings pipeline: {exc}", file=sys.stderr)
+        return 2
     if args.demo:
         return _demo(args, cfg)
     conf = dict(item.split("=", 1) for item in args.conf or [])
-    spark = spark_session(args.master, conf=conf)
+    spark = spark_session(choose_master(args.master), conf=conf)
     stop = threading.Event()
     _stop_on_signals(stop)
     started = time.monotonic()
     queries = start(spark, cfg)
     print(f"pipeline: {', '.join(cfg.channels)} -> {cfg.output}"
           + (f" and channel {cfg.results_channel}" if cfg.results_channel else "")
-          + f"; checkpoint {cfg.checkpoint}", flush=True)
+          + f"; checkpoint {cfg.checkpoint}; {session_line(spark)}", flush=True)
     log = ProgressLog(queries, lambda s: print(s, flush=True))
     try:
         watch(log, lambda: stop.is_set() or bool(
@@ -447,7 +524,8 @@ def _demo(args: argparse.Namespace, cfg: PipelineConfig) -> int:
               f"windows of {cfg.window}, watermark {cfg.watermark}, trigger {cfg.trigger}; "
               f"output {cfg.output}, checkpoint {cfg.checkpoint}", flush=True)
         conf = dict(item.split("=", 1) for item in args.conf or [])
-        spark = spark_session(args.master, conf=conf)
+        spark = spark_session(choose_master(args.master), conf=conf)
+        print(f"demo: {session_line(spark)}", flush=True)
         echo = lambda s: print(f"  {s}  (fed {feeder.sent})", flush=True)  # noqa: E731
         for phase, share in (("first run", 0.5), ("resumed from the checkpoint", 0.5)):
             print(f"demo: {phase}", flush=True)
@@ -507,7 +585,7 @@ def _summary(spark: Any, cfg: PipelineConfig, fed: int) -> None:
               flush=True)
     if cfg.results_channel and cfg.results_target == "streaming":
         results = (spark.read.format("nats").option("channels", cfg.results_channel)
-                   .options(**cfg.nats_options()).load())
+                   .options(**cfg.nats_options(Use.BATCH_READ)).load())
         print(f"demo: {results.count()} window updates published on channel "
               f"{cfg.results_channel}", flush=True)
 

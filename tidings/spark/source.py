@@ -155,9 +155,7 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: dict[str, str]) -> None:
         self.copts = ConnectionOptions.parse(options)
-        self.ropts = ReadOptions.parse(options)
-        if self.ropts.end_sequence is not None:
-            raise OptionError("option endSequence is for batch reads only")
+        self.ropts = ReadOptions.parse(options, stream=True)
         self.params = ReadParams.of(self.ropts)
         self.catalog = ChannelCatalog(self.copts)
         self.target: dict[str, int] | None = None  # Trigger.AvailableNow's end

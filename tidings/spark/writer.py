@@ -246,7 +246,7 @@ class NatsWriter(DataSourceArrowWriter):
 class NatsStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.copts = ConnectionOptions.parse(options)
-        self.wopts = WriteOptions.parse(options)
+        self.wopts = WriteOptions.parse(options, stream=True)
         _check_schema(schema, self.wopts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> NatsCommitMessage:
