@@ -528,6 +528,30 @@ class Client:
             pre = self._pub_prefix(subject)
         self._publish_checked(pre, payload, reply, headers, True)
 
+    def publish_many_nowait(self, messages: list[tuple[str, bytes]]) -> None:
+        """`publish_nowait` for many (subject, payload) messages without reply or headers,
+        with one check of the buffer bound for all of them."""
+        prefixes = self._pub_prefixes
+        max_payload = self._max_payload
+        parts = []
+        for subject, payload in messages:
+            pre = prefixes.get(subject)
+            if pre is None:
+                pre = self._pub_prefix(subject)
+            n = len(payload)
+            if n > max_payload:
+                raise errors.MaxPayloadError()
+            parts.append(pre)
+            parts.append(_SIZE_LINES[n] if n < LARGE_PAYLOAD else b"%d\r\n" % n)
+            parts.append(payload)
+            parts.append(CRLF)
+        data = b"".join(parts)
+        self._check_can_publish(len(data), True)
+        self._wbuf.flat.extend(data)
+        if not self._flush_queued:
+            self._flush_queued = True
+            self._loop.call_soon(self._flush_soon)
+
     def _publish_checked(self, pre: bytes, payload: bytes, reply: str,
                          headers: Mapping[str, Any] | Headers | None,
                          nowait: bool = False) -> bool:

@@ -18,12 +18,13 @@ connection and publishes its rows:
 from __future__ import annotations
 
 import asyncio
-import functools
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -34,7 +35,7 @@ from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 from ..client import errors as nats_errors
 from ..streaming.client import ERR_PUB_ACK_TIMEOUT, StreamingClient
 from .options import ConnectionOptions, OptionError, WriteOptions, check_channel
-from .stan import ConnectionLost, StanConnection, StanError
+from .stan import ConnectionLost, StanConnection, StanError, unique_id
 
 
 @dataclass
@@ -62,57 +63,66 @@ def _check_schema(schema: StructType, wopts: WriteOptions) -> None:
             raise OptionError("column headers must be a map<string,string>")
 
 
+def _columns(batch: pa.RecordBatch, default_subject: str | None
+             ) -> tuple[list[str], list[bytes]]:
+    """The batch's subjects (nulls: option subject) and payloads (bytes; null: empty)."""
+    names = batch.schema.names
+    if "subject" in names:
+        col = batch.column(names.index("subject"))
+        if col.null_count:
+            if default_subject is None:
+                raise OptionError("a row has a null subject and no option subject is set")
+            col = pc.fill_null(col, default_subject)
+        subjects = col.to_pylist()
+    else:
+        subjects = [default_subject] * batch.num_rows
+    data = batch.column(names.index("data"))
+    if not pa.types.is_binary(data.type):
+        data = data.cast(pa.binary())  # strings: the same bytes, UTF-8
+    if data.null_count:
+        data = pc.fill_null(data, b"")
+    return subjects, data.to_pylist()
+
+
 def _rows(batch: pa.RecordBatch, default_subject: str | None
           ) -> Iterator[tuple[str, bytes, Any]]:
+    subjects, payloads = _columns(batch, default_subject)
     names = batch.schema.names
-    n = batch.num_rows
-    subjects = (batch.column(names.index("subject")).to_pylist() if "subject" in names
-                else [default_subject] * n)
-    data = batch.column(names.index("data")).to_pylist()
     headers = (batch.column(names.index("headers")).to_pylist() if "headers" in names
-               else [None] * n)
-    for subj, payload, hdrs in zip(subjects, data, headers, strict=True):
-        if subj is None:
-            subj = default_subject
-            if subj is None:
-                raise OptionError("a row has a null subject and no option subject is set")
-        if payload is None:
-            payload = b""
-        elif isinstance(payload, str):
-            payload = payload.encode()
-        yield subj, payload, hdrs
+               else [None] * batch.num_rows)
+    return zip(subjects, payloads, headers, strict=True)
 
 
 class _StreamingPublisher:
     """Publishes rows with PubAcks, across lost connections.
 
-    Every row stays in `unacked` until its PubAck. When the connection is lost, a new one is
-    opened (for `reconnectTimeout`) and the unacknowledged rows are published again, in their
-    order, before the next row: at least once, as a retried task would be.
+    Every row stays in `unacked` (by its guid) until its PubAck. When the connection is lost,
+    a new one is opened (for `reconnectTimeout`) and the unacknowledged rows are published
+    again, in their order, before the next row: at least once, as a retried task would be.
     """
 
     def __init__(self, copts: ConnectionOptions, wopts: WriteOptions) -> None:
         self.copts, self.wopts = copts, wopts
         self.conn: StanConnection | None = None
         self.sc: StreamingClient | None = None
-        self.unacked: dict[int, tuple[str, bytes]] = {}
+        self.unacked: dict[str, tuple[str, bytes]] = {}
         self.refused: list[StanError] = []
-        self.next_key = 0
+        self.prefix = unique_id()
+        self.counter = itertools.count()
 
-    def _on_ack(self, key: int, guid: str, err: StanError | None) -> None:
+    def _on_ack(self, guid: str, err: StanError | None) -> None:
         if isinstance(err, ConnectionLost):
             return  # published again on the next connection
-        self.unacked.pop(key, None)
+        del self.unacked[guid]
         if err is not None:
             self.refused.append(err)
 
     def _check_refused(self) -> None:
-        if self.refused:
-            err = self.refused[0]
-            if str(err) == ERR_PUB_ACK_TIMEOUT:
-                raise StanError(f"no PubAck from {', '.join(self.copts.servers)} within "
-                                f"{self.wopts.pub_ack_wait:g} s (pubAckWait)")
-            raise StanError(f"{len(self.refused)} messages refused: {err}")
+        err = self.refused[0]
+        if str(err) == ERR_PUB_ACK_TIMEOUT:
+            raise StanError(f"no PubAck from {', '.join(self.copts.servers)} within "
+                            f"{self.wopts.pub_ack_wait:g} s (pubAckWait)")
+        raise StanError(f"{len(self.refused)} messages refused: {err}")
 
     def _lost(self, exc: BaseException) -> bool:
         return self.conn is not None and isinstance(self.conn.check(exc), ConnectionLost)
@@ -128,37 +138,45 @@ class _StreamingPublisher:
                 sc = await self.conn.connect(
                     ack_timeout=self.wopts.pub_ack_wait,
                     max_pub_acks_inflight=self.wopts.max_pub_acks_in_flight)
-                for key, (subj, payload) in list(self.unacked.items()):
-                    await sc.publish_async(subj, payload,
-                                           ack_handler=functools.partial(self._on_ack, key))
+                for guid, (subj, payload) in list(self.unacked.items()):
+                    await sc.publish_async(subj, payload, self._on_ack, guid)
                 self.sc = sc
                 return sc
             except (StanError, nats_errors.Error, OSError) as exc:
                 if not self._lost(exc):
                     raise
 
-    async def publish(self, subj: str, payload: bytes) -> None:
-        self._check_refused()
-        key = self.next_key
-        self.next_key += 1
-        self.unacked[key] = (subj, payload)
-        sc = self.sc
-        if sc is not None and not sc.closed:
+    async def publish(self, subjects: list[str], payloads: list[bytes]) -> None:
+        """Publish rows (subjects[i], payloads[i]); returns once they are all sent."""
+        prefix, counter, unacked, on_ack = self.prefix, self.counter, self.unacked, self._on_ack
+        i, n = 0, len(subjects)
+        while i < n:
+            if self.refused:
+                self._check_refused()
+            sc = self.sc
+            if sc is None or sc.closed:
+                await self._reopen()  # publishes what was sent and not acknowledged
+                continue
+            publish = sc.publish_async
             try:
-                await sc.publish_async(subj, payload,
-                                       ack_handler=functools.partial(self._on_ack, key))
-                return
+                while i < n:
+                    subj, payload = subjects[i], payloads[i]
+                    guid = f"{prefix}{next(counter)}"
+                    unacked[guid] = (subj, payload)
+                    i += 1
+                    await publish(subj, payload, on_ack, guid)
             except (StanError, nats_errors.Error, OSError) as exc:
                 if not self._lost(exc):
                     raise
-        await self._reopen()  # publishes this row too
+                self.sc = None
 
     async def finish(self) -> None:
         """Until every row is acknowledged (or a refusal fails the write)."""
         while True:
             sc = self.sc if self.sc is not None and not self.sc.closed else await self._reopen()
             await sc.wait_pub_acks()
-            self._check_refused()
+            if self.refused:
+                self._check_refused()
             if not self.unacked:
                 return
             if not sc.closed:
@@ -177,12 +195,12 @@ async def _publish_streaming(copts: ConnectionOptions, wopts: WriteOptions,
         await publisher._reopen()
         checked: set[str] = set()
         for batch in batches:
-            for subj, payload, _ in _rows(batch, wopts.subject):
-                if subj not in checked:
-                    check_channel(subj)
-                    checked.add(subj)
-                await publisher.publish(subj, payload)
-                count += 1
+            subjects, payloads = _columns(batch, wopts.subject)
+            for subj in set(subjects).difference(checked):
+                check_channel(subj)
+                checked.add(subj)
+            await publisher.publish(subjects, payloads)
+            count += len(subjects)
         await publisher.finish()
     finally:
         await publisher.close()

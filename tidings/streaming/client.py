@@ -91,6 +91,9 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+_SMALL_VARINTS = [bytes((i,)) for i in range(128)]
+
+
 class StanError(Exception):
     """A streaming error: the server's error string, or one of the client's (timeouts)."""
 
@@ -299,6 +302,9 @@ class StreamingClient:
         self._ping_requests = ""
         self._ack_subject = ""
         self._pub_acks: dict[str, _PubAck] = {}
+        self._pub_fields: dict[str, tuple[str, bytes]] = {}  # channel -> (subject, field)
+        self._pub_head = b""  # PubMsg clientID, encoded
+        self._pub_tail = b""  # PubMsg connID, encoded
         self._pub_ack_room: asyncio.Event | None = None
         self._pub_acks_drained: list[asyncio.Future[None]] = []
         self._subs: dict[str, Subscription] = {}
@@ -366,10 +372,7 @@ class StreamingClient:
         hb_inbox = nc.new_inbox()
         self._internal.append(await nc.subscribe(hb_inbox, cb=self._on_heartbeat))
         self._ack_subject = f"{DEFAULT_ACK_PREFIX}.{self._nuid.next().decode()}"
-        self._internal.append(await nc.subscribe(
-            self._ack_subject, cb=self._on_pub_ack, pending_msgs_limit=0,
-            pending_bytes_limit=0,
-        ))
+        self._internal.append(await nc.subscribe(self._ack_subject, raw_cb=self._on_pub_ack))
         self._ping_inbox = nc.new_inbox()
         self._internal.append(await nc.subscribe(self._ping_inbox, cb=self._on_ping_response))
         self.conn_id = self._nuid.next()
@@ -391,6 +394,9 @@ class StreamingClient:
         if resp.error:
             raise StanError(resp.error)
         self._pub_prefix = resp.pubPrefix
+        cid = self.client_id.encode()
+        self._pub_head = b"\n" + _varint(len(cid)) + cid
+        self._pub_tail = b"2" + _varint(len(self.conn_id)) + self.conn_id
         self._sub_requests = resp.subRequests
         self._unsub_requests = resp.unsubRequests
         self._sub_close_requests = resp.subCloseRequests
@@ -521,32 +527,32 @@ class StreamingClient:
         return await fut
 
     async def publish_async(self, subject: str, data: bytes = b"",
-                            ack_handler: AckHandler | None = None) -> str:
+                            ack_handler: AckHandler | None = None, guid: str | None = None
+                            ) -> str:
         """Publish without waiting for the PubAck; ``ack_handler(guid, error)`` gets it.
 
-        Waits only while ``max_pub_acks_inflight`` PubAcks are outstanding.
+        Waits only while ``max_pub_acks_inflight`` PubAcks are outstanding. ``guid``: the
+        message's id (unique among this client's outstanding ones), when the caller must know
+        it before the PubAck can come; by default a fresh NUID.
         """
-        return await self._publish(subject, data, None, ack_handler)
+        return await self._publish(subject, data, None, ack_handler, guid)
 
     async def _publish(self, subject: str, data: bytes, fut: asyncio.Future[str] | None,
-                       handler: AckHandler | None) -> str:
+                       handler: AckHandler | None, guid: str | None = None) -> str:
         if self._closed:
             raise StanError(ERR_CONNECTION_CLOSED)
-        room = self._pub_ack_room
-        assert room is not None
-        while len(self._pub_acks) >= self.max_pub_acks_inflight:
-            room.clear()
-            await room.wait()
-            if self._closed:
-                raise StanError(ERR_CONNECTION_CLOSED)
-        guid = self._nuid.next().decode()
-        pm = pb.PubMsg(clientID=self.client_id, guid=guid, subject=subject, data=data,
-                       connID=self.conn_id)
+        if len(self._pub_acks) >= self.max_pub_acks_inflight:
+            await self._wait_for_room()
+        if guid is None:
+            guid = self._nuid.next().decode()
         self._pub_acks[guid] = _PubAck(fut, handler, self._loop.time() + self.ack_timeout)
         if self._sweep_timer is None:
             self._sweep_timer = self._loop.call_later(self.ack_timeout, self._sweep)
+        fields = self._pub_fields.get(subject)
+        if fields is None:
+            fields = self._pub_fields_of(subject)
         try:
-            await self.nc.publish(f"{self._pub_prefix}.{subject}", pm.SerializeToString(),
+            await self.nc.publish(fields[0], self._encode_pub_msg(guid, fields[1], data),
                                   reply=self._ack_subject)
         except nerr.Error as exc:
             self._pub_acks.pop(guid, None)
@@ -554,16 +560,52 @@ class StreamingClient:
             raise StanError(str(exc)) from exc
         return guid
 
-    def _on_pub_ack(self, msg: Any) -> None:
-        ack = pb.PubAck()
-        try:
-            ack.ParseFromString(msg.data)
-        except DecodeError:
-            return
-        pa = self._pub_acks.pop(ack.guid, None)
+    async def _wait_for_room(self) -> None:
+        room = self._pub_ack_room
+        assert room is not None
+        while len(self._pub_acks) >= self.max_pub_acks_inflight:
+            room.clear()
+            await room.wait()
+            if self._closed:
+                raise StanError(ERR_CONNECTION_CLOSED)
+
+    def _pub_fields_of(self, subject: str) -> tuple[str, bytes]:
+        """The NATS subject a channel's PubMsgs go to, and the channel's encoded field."""
+        if len(self._pub_fields) >= 1024:
+            self._pub_fields.clear()
+        raw = subject.encode()
+        fields = (f"{self._pub_prefix}.{subject}", b"\x1a" + _varint(len(raw)) + raw)
+        self._pub_fields[subject] = fields
+        return fields
+
+    def _encode_pub_msg(self, guid: str, subject_field: bytes, data: bytes) -> bytes:
+        """A PubMsg as protobuf encodes it (fields in order; empty data left out), without
+        building a message object: publishing is the client's hot path."""
+        raw = guid.encode()
+        n = len(data)
+        return b"".join((
+            self._pub_head, b"\x12", _SMALL_VARINTS[len(raw)] if len(raw) < 128 else
+            _varint(len(raw)), raw, subject_field,
+            (b"*" + (_SMALL_VARINTS[n] if n < 128 else _varint(n))) if n else b"", data,
+            self._pub_tail))
+
+    def _on_pub_ack(self, subject: bytes, reply: bytes | None, hdr: bytes | None,
+                    payload: bytes) -> None:
+        # A PubAck is guid=1 (and error=2 when refused): a short guid alone is parsed here.
+        n = len(payload)
+        if n > 2 and payload[0] == 0x0A and payload[1] == n - 2:
+            guid, error = payload[2:].decode(), ""
+        else:
+            ack = pb.PubAck()
+            try:
+                ack.ParseFromString(payload)
+            except DecodeError:
+                return
+            guid, error = ack.guid, ack.error
+        pa = self._pub_acks.pop(guid, None)
         if pa is None:
             return
-        self._resolve(ack.guid, pa, StanError(ack.error) if ack.error else None)
+        self._resolve(guid, pa, StanError(error) if error else None)
         room = self._pub_ack_room
         if room is not None and not room.is_set() and (
                 len(self._pub_acks) < self.max_pub_acks_inflight):

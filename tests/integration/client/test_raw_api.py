@@ -72,3 +72,22 @@ async def test_publish_nowait_checks_like_publish(nc: Client) -> None:
         nc.publish_nowait("bad subject", b"x")
     with pytest.raises(errors.MaxPayloadError):
         nc.publish_nowait("big", b"x" * (nc.max_payload + 1))
+
+
+async def test_publish_many_nowait_delivers_in_order_and_checks_each(nc: Client) -> None:
+    sub = await nc.subscribe("many.>")
+    await nc.flush()
+    big = b"B" * 70_000  # past the client's small-payload tables
+    nc.publish_many_nowait([("many.a", b"1"), ("many.b", b""), ("many.a", big)])
+    got = [await sub.next_msg(timeout=5) for _ in range(3)]
+    assert [(m.subject, m.data) for m in got] == [
+        ("many.a", b"1"), ("many.b", b""), ("many.a", big)]
+    with pytest.raises(errors.BadSubjectError):
+        nc.publish_many_nowait([("many.ok", b"x"), ("bad subject", b"y")])
+    with pytest.raises(errors.MaxPayloadError):
+        nc.publish_many_nowait([("many.c", b"x" * (nc.max_payload + 1))])
+    await nc.flush()
+    assert sub.pending_msgs == 0  # a refused batch publishes none of its messages
+    await nc.close()
+    with pytest.raises(errors.ConnectionClosedError):
+        nc.publish_many_nowait([("many.a", b"1")])

@@ -50,6 +50,13 @@ class StanConn:
             self.dropped += 1
             log.debug("streaming: publish to %s failed: %s", subject, exc)
 
+    def publish_many(self, messages: list[tuple[str, bytes]]) -> None:
+        try:
+            self.nc.publish_many_nowait(messages)
+        except nerr.Error as exc:
+            self.dropped += len(messages)
+            log.debug("streaming: publishing %d messages failed: %s", len(messages), exc)
+
     async def subscribe(self, subject: str, handler: Handler) -> Any:
         def deliver(subject: bytes, reply: bytes | None, hdr: bytes | None,
                     payload: bytes) -> None:

@@ -707,16 +707,18 @@ class StreamingServer:
         self._waiting_epoch = self.store.epoch
 
     def _send_pub_acks(self, acks: list[tuple[str, str]]) -> None:
-        publish = self.conn.publish
         heads = _PUBACK_HEADS
+        out = []
         for reply, guid in acks:
             if not reply:
                 continue
             g = guid.encode()
             if len(g) < 128:
-                publish(reply, heads[len(g)] + g)
+                out.append((reply, heads[len(g)] + g))
             else:
-                publish(reply, pb.PubAck(guid=guid).SerializeToString())
+                out.append((reply, pb.PubAck(guid=guid).SerializeToString()))
+        if out:
+            self.conn.publish_many(out)
 
     def _mark_dirty(self) -> None:
         if self._threaded_sync:
