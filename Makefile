@@ -39,6 +39,7 @@ bench-hardening: $(STAMP)
 
 bench-spark: $(STAMP)
 	$(PY) benchmarks/spark_read.py
+	$(PY) benchmarks/spark_write.py
 
 pipeline-demo: $(STAMP)
 	$(VENV)/bin/tidings pipeline --demo --duration 60
