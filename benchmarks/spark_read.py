@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Spark connector figures: batch-read throughput and end-to-end latency of one message.
 
-1. Throughput: fills a channel with N messages (default 1,000,000 of 100 bytes), then reads it
-   with `spark.read.format("nats")` on `local[2]` (`count(*)`, `sum(length(data))`,
-   `max(sequence)`, so every row and payload reaches the JVM) several times after a warm-up
-   run; reports rows/s of each run and the median. Target: >= 500,000 rows/s.
+1. Throughput: fills a channel with N messages (default 1,000,000 of 100 bytes, published
+   with PubAcks; the fill rate, messages stored per second, is the server's streaming publish
+   rate, printed beside the read figure), then reads it with `spark.read.format("nats")` on
+   `local[2]` (`count(*)`, `sum(length(data))`, `max(sequence)`, so every row and payload
+   reaches the JVM) several times; only the read is timed. The first read of a fresh session
+   is reported apart (the JVM compiles the read path during it, Python workers start); the
+   figure is the median of the runs after it. Target: >= 1,000,000 rows/s.
 2. Latency: a processingTime streaming query copies channel `lat.in` to the core subject
    `lat.out` (`target=core`); one message at a time is published with its send time and the
    time it arrives on `lat.out` is taken. Reports median / p90 / max. Target: median <= 1 s.
@@ -35,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+TARGET_ROWS_PER_S = 1_000_000
 
 
 def free_port() -> int:
@@ -104,6 +108,7 @@ def throughput(spark: Any, url: str, channel: str, n: int, runs: int,
           .options(**options).load())
     parts = df.rdd.getNumPartitions()
     figures = []
+    first = 0.0
     for i in range(runs + 1):
         began = time.perf_counter()
         row = df.selectExpr("count(*) as n", "sum(length(data)) as bytes",
@@ -112,13 +117,16 @@ def throughput(spark: Any, url: str, channel: str, n: int, runs: int,
         if row.n != n or row.last != n:
             raise SystemExit(f"read {row.n} rows (last sequence {row.last}), expected {n}")
         rate = n / took
-        print(f"  {'warm-up' if i == 0 else f'run {i}'}: {took:.2f} s, {rate:,.0f} rows/s",
+        print(f"  {'first read' if i == 0 else f'run {i}'}: {took:.2f} s, {rate:,.0f} rows/s",
               flush=True)
         if i:
             figures.append(rate)
-    return {"messages": n, "partitions": parts, "runs_rows_per_s": [round(f) for f in figures],
+        else:
+            first = rate
+    return {"messages": n, "partitions": parts, "first_read_rows_per_s": round(first),
+            "runs_rows_per_s": [round(f) for f in figures],
             "median_rows_per_s": round(statistics.median(figures)),
-            "best_rows_per_s": round(max(figures)), "target_rows_per_s": 500_000}
+            "best_rows_per_s": round(max(figures)), "target_rows_per_s": TARGET_ROWS_PER_S}
 
 
 def latency(spark: Any, url: str, samples: int, trigger: str, tmp: Path) -> dict[str, Any]:
@@ -186,7 +194,7 @@ def main() -> int:
     ap.add_argument("--url", help="a running tidings (streaming) server; default: start one")
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=100, help="payload bytes")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5, help="timed reads after the first")
     ap.add_argument("--samples", type=int, default=20, help="latency samples")
     ap.add_argument("--trigger", default="100 milliseconds", help="latency query trigger")
     ap.add_argument("--master", default="local[2]")
@@ -215,6 +223,8 @@ def main() -> int:
         spark = session(args.master)
         print(f"batch read on {args.master}:", flush=True)
         results: dict[str, Any] = {
+            "fill": {"messages": args.messages, "seconds": round(took, 2),
+                     "msgs_per_s": round(args.messages / took)},
             "read": throughput(spark, url, channel, args.messages, args.runs, options)}
         print(f"end-to-end latency ({args.trigger} trigger):", flush=True)
         import tempfile
@@ -226,9 +236,13 @@ def main() -> int:
         if proc is not None:
             proc.terminate()
             proc.wait(10)
-    r, lat = results["read"], results["latency"]
+    r, lat, f = results["read"], results["latency"], results["fill"]
+    met = r["median_rows_per_s"] >= TARGET_ROWS_PER_S
     print(f"\nbatch read: median {r['median_rows_per_s']:,} rows/s over {r['partitions']} "
-          f"partitions (target >= 500,000): {'met' if r['median_rows_per_s'] >= 500_000 else 'NOT met'}")
+          f"partitions (runs {min(r['runs_rows_per_s']):,}-{max(r['runs_rows_per_s']):,}; "
+          f"first read of the session {r['first_read_rows_per_s']:,}) "
+          f"(target >= {TARGET_ROWS_PER_S:,}): {'met' if met else 'NOT met'}")
+    print(f"fill (streaming publish with PubAcks, one publisher): {f['msgs_per_s']:,} msgs/s")
     print(f"latency: median {lat['median_s']} s, p90 {lat['p90_s']} s, max {lat['max_s']} s "
           f"(target median <= 1 s): {'met' if lat['median_s'] <= 1.0 else 'NOT met'}")
     if args.json:

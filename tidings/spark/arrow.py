@@ -28,6 +28,11 @@ ARROW_SCHEMA = pa.schema([
 ])
 
 _TS_TYPE = ARROW_SCHEMA.field("timestamp").type
+# Typed scalars made once: pyarrow converting a bare Python int or bool looks for the
+# optional dateutil package, an import that fails again on every call where it is missing
+# (about 0.1 ms a batch, more on a Spark worker's long sys.path).
+_NS_PER_US = pa.scalar(1000, pa.int64())
+_FALSE = pa.scalar(False, pa.bool_())
 
 
 def spark_schema():  # -> pyspark.sql.types.StructType (imported lazily: pyspark is optional)
@@ -67,9 +72,9 @@ def message_batch(
     n = len(sequences)
     chan = pa.repeat(pa.scalar(channel, pa.string()), n)
     subj = chan if subjects is None else pa.array(subjects, pa.string())
-    stamps = pc.divide(pa.array(timestamps_ns, pa.int64()), 1000).cast(_TS_TYPE)
+    stamps = pc.divide(pa.array(timestamps_ns, pa.int64()), _NS_PER_US).cast(_TS_TYPE)
     if redelivered is None:
-        redo = pa.repeat(pa.scalar(False), n)
+        redo = pa.repeat(_FALSE, n)
     else:
         redo = pa.array(redelivered, pa.bool_())
     return pa.RecordBatch.from_arrays(
@@ -100,10 +105,10 @@ def columnar_batch(channel: str, reply: bytes, count: int, offset: int,
     data = pa.Array.from_buffers(pa.binary(), count,
                                  [None, buf.slice(off_at, 4 * (count + 1)), buf.slice(data_at)])
     chan = pa.repeat(pa.scalar(channel, pa.string()), count)
-    stamps = pc.divide(stamps_ns, 1000).cast(_TS_TYPE)
-    redo = pa.repeat(pa.scalar(False), count)
+    stamps = pc.divide(stamps_ns, _NS_PER_US).cast(_TS_TYPE)
+    redo = pa.repeat(_FALSE, count)
     batch = pa.RecordBatch.from_arrays([chan, seqs, chan, data, stamps, redo],
                                        schema=ARROW_SCHEMA)
     if min_time:
-        batch = batch.filter(pc.greater_equal(stamps_ns, min_time))
+        batch = batch.filter(pc.greater_equal(stamps_ns, pa.scalar(min_time, pa.int64())))
     return batch

@@ -27,7 +27,10 @@ MAGIC = b"TFR1"
 HEADER = struct.Struct("<4sIIIqqq")
 OK, BAD_REQUEST, UNKNOWN_CHANNEL, TOO_LARGE = 0, 1, 2, 3
 CLIPPED = 1
-MAX_BYTES = 1 << 20  # asked for per reply; the server caps it at its max_payload
+# Asked for per reply (the server caps it at its max_payload). Not 1 MiB: the core server
+# handles messages past about 600 KiB with fresh memory each time (page faults: a 1 MiB reply
+# cost it 2 ms against 0.4 ms for 384 KiB), and more replies cost the reader next to nothing.
+MAX_BYTES = 384 * 1024
 
 
 class FetchUnsupported(StanError):

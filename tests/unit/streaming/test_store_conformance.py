@@ -119,6 +119,13 @@ def test_get_msgs_clamps_to_the_stored_range(store: Store) -> None:
     assert [m.seq for m in store.get_msgs("foo", 0, 2)] == [1, 2]
 
 
+def test_get_rows_are_get_msgs_as_plain_tuples(store: Store) -> None:
+    store.store_msgs("foo", [(f"r{i}", bytes([i])) for i in range(20)])
+    for start, count in ((1, 20), (5, 4), (18, 100), (0, 2), (21, 5)):
+        assert [tuple(r) for r in store.get_rows("foo", start, count)] == [
+            tuple(m) for m in store.get_msgs("foo", start, count)]
+
+
 def test_channels_are_created_once_and_empty_channels_report_first_1_last_0(
     store: Store,
 ) -> None:

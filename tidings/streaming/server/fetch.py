@@ -118,37 +118,47 @@ def handle_fetch(store: Store, data: bytes, max_payload: int,
     hi = min(end, last)
     room = min(max_bytes, max_payload) - HEADER.size - 4  # offsets[0]
     records: list = []
-    estimate = 1024
+    sizes: list[int] = []
+    # Read about as many messages as fit (judged by the channel's mean size): a message read
+    # and left out is read again by the next request.
+    info = store.channel_info(channel)
+    mean = info.bytes // info.msgs if info.msgs else 0
     while pos <= hi and room > 0:
-        want = min(hi - pos + 1, max(1, room // PER_MSG), estimate)
-        chunk = store.get_msgs(channel, pos, want)
+        want = min(hi - pos + 1, max(1, room // PER_MSG), room // (PER_MSG + mean) + 16)
+        chunk = store.get_rows(channel, pos, want)
         if not chunk:
             break
-        cum = list(accumulate(map(len, map(_data, chunk))))
+        lens = list(map(len, map(_data, chunk)))
+        cum = list(accumulate(lens))
         k = _fit(cum, room)
         if k == 0 and not records:
             k = 1  # one message always goes, whatever its size
         if k == 0:
             break
-        records.extend(chunk[:k] if k < len(chunk) else chunk)
+        if k < len(chunk):
+            records.extend(chunk[:k])
+            sizes.extend(lens[:k])
+        else:
+            records.extend(chunk)
+            sizes.extend(lens)
         room -= cum[k - 1] + PER_MSG * k
-        pos = chunk[k - 1].seq + 1
+        pos = chunk[k - 1][0] + 1
         if k < len(chunk):
             break
-        estimate = max(64, 2 * room // (PER_MSG + cum[-1] // len(chunk) + 1))
+        mean = cum[-1] // len(chunk)
     n = len(records)
     seqs = array("q", map(_seq, records))
     stamps = array("q", map(_stamp, records))
-    payloads = list(map(_data, records))
+    payloads = map(_data, records)
     offsets = array("i", [0])
-    offsets.extend(accumulate(map(len, payloads)))
+    offsets.extend(accumulate(sizes))
     if _BIG_ENDIAN:
         for arr in (seqs, stamps, offsets):
             arr.byteswap()
-    nxt = pos if n == 0 else records[-1].seq + 1
+    nxt = pos if n == 0 else records[-1][0] + 1
     head = HEADER.pack(MAGIC, OK, n, flags, first, last, nxt)
     reply = b"".join((head, seqs.tobytes(), stamps.tobytes(), offsets.tobytes(), *payloads))
     if len(reply) > max_payload:
-        return error_reply(TOO_LARGE, f"message {records[0].seq} of channel {channel!r} does "
+        return error_reply(TOO_LARGE, f"message {records[0][0]} of channel {channel!r} does "
                                       f"not fit in a reply of max_payload {max_payload} bytes")
     return reply

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -297,6 +297,11 @@ class Store(ABC):
     @abstractmethod
     def get_msgs(self, channel: str, start_seq: int, max_count: int) -> list[MsgRecord]:
         """Up to ``max_count`` consecutive messages from ``max(start_seq, first_seq)``."""
+
+    def get_rows(self, channel: str, start_seq: int, max_count: int) -> Sequence[tuple]:
+        """:meth:`get_msgs` as plain tuples in :class:`MsgRecord`'s field order (a record is
+        one); a store may skip making records (the bulk fetch reads only a few fields)."""
+        return self.get_msgs(channel, start_seq, max_count)
 
     @abstractmethod
     def first_last(self, channel: str) -> tuple[int, int]: ...

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from .base import (
     ChannelInfo,
@@ -63,6 +63,10 @@ class MsgLog(ABC):
 
     @abstractmethod
     def get_range(self, start: int, count: int) -> list[MsgRecord]: ...
+
+    def get_rows(self, start: int, count: int) -> Sequence[tuple]:
+        """:meth:`get_range` as tuples in MsgRecord's field order (records are such tuples)."""
+        return self.get_range(start, count)
 
     @abstractmethod
     def first_timestamp(self) -> int: ...
@@ -427,6 +431,18 @@ class CoreStore(Store):
                 return []
             try:
                 return log.get_range(start, count)
+            except OSError as exc:
+                raise self._write_failed(exc) from exc
+
+    def get_rows(self, channel: str, start_seq: int, max_count: int) -> Sequence[tuple]:
+        with self._lock:
+            log = self._channel(channel).log
+            start = max(start_seq, log.first_seq)
+            count = min(max_count, log.last_seq - start + 1)
+            if count <= 0:
+                return []
+            try:
+                return log.get_rows(start, count)
             except OSError as exc:
                 raise self._write_failed(exc) from exc
 

@@ -95,6 +95,9 @@ class MemoryMsgLog(MsgLog):
     def get_range(self, start: int, count: int) -> list[MsgRecord]:
         return list(map(_record, self._rows(start, count)))
 
+    def get_rows(self, start: int, count: int) -> list[_Row]:
+        return self._rows(start, count)
+
     def first_timestamp(self) -> int:
         return _timestamp(self._row(self.first_seq))
 
