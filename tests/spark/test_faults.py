@@ -277,3 +277,17 @@ def test_a_stream_rides_out_a_server_restart(spark, restartable, channel_name, t
     stored = _stored(restartable.url, dst, 200)
     want = [b"a%d" % i for i in range(50)] + [b"b%d" % i for i in range(50)]
     assert sorted(set(stored)) == sorted(want)
+
+
+def test_a_refused_login_fails_at_once_without_retrying(channel_name):
+    server = start_tidings(extra_args=["--user", "u", "--pass", "right", "--no_streaming"])
+    try:
+        copts = ConnectionOptions.parse({"url": server.url, "user": "u", "password": "wrong",
+                                         "reconnectTimeout": "30"})
+        began = time.monotonic()
+        with pytest.raises(StanError, match="(?i)authorization"):
+            write_batches(copts, WriteOptions.parse({"target": "core"}),
+                          iter([_rows(channel_name(), [b"x"])]))
+        assert time.monotonic() - began < 30  # refused at once, not retried for 30 s
+    finally:
+        server.stop()
