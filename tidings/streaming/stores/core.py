@@ -12,6 +12,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from .base import (
     ChannelInfo,
@@ -423,18 +424,15 @@ class CoreStore(Store):
                 raise self._write_failed(exc) from exc
 
     def get_msgs(self, channel: str, start_seq: int, max_count: int) -> list[MsgRecord]:
-        with self._lock:
-            log = self._channel(channel).log
-            start = max(start_seq, log.first_seq)
-            count = min(max_count, log.last_seq - start + 1)
-            if count <= 0:
-                return []
-            try:
-                return log.get_range(start, count)
-            except OSError as exc:
-                raise self._write_failed(exc) from exc
+        return self._read_range(channel, start_seq, max_count, False)  # type: ignore[return-value]
 
     def get_rows(self, channel: str, start_seq: int, max_count: int) -> Sequence[tuple]:
+        return self._read_range(channel, start_seq, max_count, True)
+
+    def _read_range(self, channel: str, start_seq: int, max_count: int, rows: bool
+                    ) -> Sequence[Any]:
+        """Up to `max_count` messages from `start_seq` (or the first still held): as records,
+        or with `rows` as the log's plain rows."""
         with self._lock:
             log = self._channel(channel).log
             start = max(start_seq, log.first_seq)
@@ -442,7 +440,7 @@ class CoreStore(Store):
             if count <= 0:
                 return []
             try:
-                return log.get_rows(start, count)
+                return log.get_rows(start, count) if rows else log.get_range(start, count)
             except OSError as exc:
                 raise self._write_failed(exc) from exc
 
