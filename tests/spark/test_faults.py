@@ -291,3 +291,15 @@ def test_a_refused_login_fails_at_once_without_retrying(channel_name):
         assert time.monotonic() - began < 30  # refused at once, not retried for 30 s
     finally:
         server.stop()
+
+
+def test_a_subscription_read_waiting_for_missing_messages_fails_after_read_timeout(
+        restartable, channel_name):
+    ch = channel_name()
+    publish(restartable.url, ch, _payloads(5, 10))
+    # the range was planned up to 10, but the channel holds 5 (e.g. recreated since)
+    batches = read_partition(_partition(restartable.url, ch, 10, False, readTimeout="1"))
+    began = time.monotonic()
+    with pytest.raises(StanError, match="no message for 1 s \\(readTimeout\\)"):
+        list(batches)
+    assert time.monotonic() - began < 1 + BOUND_SLACK

@@ -296,16 +296,21 @@ class RangeRead:
 
 
 async def wait_progress(read: RangeRead, timeout: float, what: Callable[[], str]) -> None:
-    """Until `read` has enough to hand out or is done; StanError after `timeout` idle seconds."""
+    """Until `read` has enough to hand out or is done; StanError once no message has come for
+    `timeout` seconds (checked every quarter of it)."""
     loop = asyncio.get_running_loop()
+    seen, since = read.received, loop.time()
     while not read.done and len(read.seqs) < read.wake_every and read.error is None:
-        before = read.received
         read.waiter = loop.create_future()
         try:
-            await asyncio.wait_for(read.waiter, timeout)
+            await asyncio.wait_for(read.waiter, timeout / 4)
         except asyncio.TimeoutError:
-            if read.received == before:
-                raise StanError(f"no message for {timeout:g} s while {what()}") from None
+            now = loop.time()
+            if read.received != seen:
+                seen, since = read.received, now
+            elif now - since >= timeout:
+                raise StanError(f"no message for {timeout:g} s (readTimeout) while "
+                                f"{what()}") from None
         finally:
             read.waiter = None
     if read.error is not None:
