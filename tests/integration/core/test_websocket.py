@@ -22,6 +22,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 import tidings.client
+from tests.messaging import publish_until_received
 from tests.servers import (
     _wait_ready,
     free_port,
@@ -423,8 +424,8 @@ async def test_wss_with_certificates_made_now(kind: str, tmp_path: Path) -> None
             assert wss._server_info.get("tls_required") is True
             sub = await tcp.subscribe("secure")
             await tcp.flush()
-            await wss.publish("secure", b"over wss")
-            assert (await sub.next_msg(timeout=5)).data == b"over wss"
+            msg = await publish_until_received(wss, sub, "secure", b"over wss")
+            assert msg.data == b"over wss"
         finally:
             await wss.close()
             await tcp.close()
