@@ -100,6 +100,9 @@ def test_a_read_resumes_on_the_restarted_server(restartable, channel_name, fetch
     table = pa.Table.from_batches([first, *rest])
     assert table.column("sequence").to_pylist() == list(range(1, 3001))
     assert table.column("data").to_pylist() == payloads
+    # the reader's client from before the crash, which the server recovered from its store,
+    # was closed by the reader that took over: no subscription is left delivering to it
+    assert [c for c in restartable.clients() if c.startswith("spark-")] == []
 
 
 @pytest.mark.parametrize("fetch", [True, False], ids=["fetch", "subscription"])
@@ -148,6 +151,7 @@ def test_a_streaming_write_resumes_on_the_restarted_server(restartable, channel_
     stored = _stored(restartable.url, ch, 8000)
     # at least once: every row, in order once the republished duplicates are dropped
     assert list(dict.fromkeys(stored)) == payloads
+    assert [c for c in restartable.clients() if c.startswith("spark-")] == []
 
 
 def test_a_core_write_goes_on_after_a_restart(restartable, channel_name):

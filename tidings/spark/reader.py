@@ -97,7 +97,7 @@ def read_partition(part: NatsPartition) -> Iterator[pa.RecordBatch]:
                     raise
                 read.error = None
                 loop.run_until_complete(conn.close())
-                conn = StanConnection(part.copts, "r")
+                conn = StanConnection(part.copts, "r", replaces=conn)
     finally:
         try:
             loop.run_until_complete(conn.close())

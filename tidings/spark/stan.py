@@ -20,6 +20,7 @@ needs:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 from collections.abc import Awaitable, Callable
@@ -88,10 +89,15 @@ class StanConnection:
     StanConnection to resume.
     """
 
-    def __init__(self, copts: ConnectionOptions, role: str) -> None:
+    def __init__(self, copts: ConnectionOptions, role: str, replaces: StanConnection | None = None
+                 ) -> None:
         self.copts = copts
         self.role = role
         self.client_id = f"{copts.client_id_prefix}-{role}-{unique_id()}"
+        # The lost connection this one takes over from: its streaming client, if it had one,
+        # is closed on the server once this one is registered.
+        self.replaces = (replaces.registered or replaces.replaces) if replaces else None
+        self.registered: str | None = None
         self.nc: Client | None = None
         self.sc: StreamingClient | None = None
         self.on_lost: list[Callable[[ConnectionLost], None]] = []
@@ -170,11 +176,17 @@ class StanConnection:
         try:
             self.sc = await self.retrying(attempt, retry, "no NATS Streaming server with cluster "
                                           f"id {copts.cluster_id!r} answered")
+            self.registered = self.client_id
         except StanError as exc:
             await self.close()
             if ERR_CONNECT_REQ_TIMEOUT in str(exc):
                 raise
             raise StanError(f"streaming connect refused at {self.servers}: {exc}") from exc
+        if self.replaces:
+            # A restarted server recovers the old client from its store; gone already is fine.
+            with contextlib.suppress(StanError, nats_errors.Error):
+                await self.sc.close_client(self.replaces)
+            self.replaces = None
         return self.sc
 
     def alive(self) -> bool:

@@ -130,9 +130,10 @@ class _StreamingPublisher:
     async def _reopen(self) -> StreamingClient:
         """A new connection on which every unacknowledged row has been published again."""
         while True:
-            if self.conn is not None:
-                await self.conn.close()
-            self.conn = StanConnection(self.copts, "w")
+            old = self.conn
+            if old is not None:
+                await old.close()
+            self.conn = StanConnection(self.copts, "w", replaces=old)
             self.sc = None
             try:
                 sc = await self.conn.connect(

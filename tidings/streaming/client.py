@@ -418,21 +418,33 @@ class StreamingClient:
             return
         err: StanError | None = None
         if self._close_requests and not self.nc.is_closed:
-            req = pb.CloseRequest(clientID=self.client_id).SerializeToString()
-            try:
-                raw = await self.nc.request(self._close_requests, req,
-                                            timeout=self.connect_timeout)
-                resp = pb.CloseResponse()
-                resp.ParseFromString(raw.data)
-                if resp.error:
-                    err = StanError(resp.error)
-            except (nerr.TimeoutError, nerr.NoRespondersError):
-                err = StanError(ERR_CLOSE_REQ_TIMEOUT)
-            except nerr.Error as exc:
-                err = StanError(str(exc))
+            err = await self._close_request(self.client_id)
         await self._teardown(StanError(ERR_CONNECTION_CLOSED))
         if err is not None:
             raise err
+
+    async def close_client(self, client_id: str) -> None:
+        """Ask the server to forget another client id of this application (e.g. one whose
+        NATS connection was lost, which would otherwise stay registered, its subscriptions
+        being delivered to, until its heartbeats fail). StanError if the server refuses
+        (e.g. it does not know that id)."""
+        if self._closed:
+            raise StanError(ERR_CONNECTION_CLOSED)
+        err = await self._close_request(client_id)
+        if err is not None:
+            raise err
+
+    async def _close_request(self, client_id: str) -> StanError | None:
+        req = pb.CloseRequest(clientID=client_id).SerializeToString()
+        try:
+            raw = await self.nc.request(self._close_requests, req, timeout=self.connect_timeout)
+        except (nerr.TimeoutError, nerr.NoRespondersError):
+            return StanError(ERR_CLOSE_REQ_TIMEOUT)
+        except nerr.Error as exc:
+            return StanError(str(exc))
+        resp = pb.CloseResponse()
+        resp.ParseFromString(raw.data)
+        return StanError(resp.error) if resp.error else None
 
     async def _teardown(self, reason: StanError | None = None) -> None:
         self._closed = True

@@ -133,3 +133,15 @@ async def test_wait_pub_acks_ends_with_timeouts_when_nobody_acks(stan):
     await asyncio.wait_for(sc.wait_pub_acks(), 10)
     assert sc.pub_acks_pending() == 0
     assert [str(e) for e in errors] == [ERR_PUB_ACK_TIMEOUT] * 3
+
+
+async def test_close_client_makes_the_server_forget_another_id(stan):
+    env = await stan()
+    gone = await env.connect("lost-one")
+    await gone.subscribe("cc", raw_cb=RawInbox(), start_at="first")
+    sc = await env.connect("taker")
+    assert set(env.server.clients) == {"lost-one", "taker"}
+    await sc.close_client("lost-one")
+    assert set(env.server.clients) == {"taker"}  # its subscription went with it
+    with pytest.raises(StanError, match="unknown clientID"):
+        await sc.close_client("lost-one")
