@@ -70,9 +70,10 @@ class ChannelCatalog:
         """Run `make(conn)` on the driver connection, reconnecting once if it was lost."""
         if self._lt is None:
             self._lt = LoopThread()
+        lost: StanConnection | None = None
         for attempt in (1, 2):
             if self._conn is None:
-                conn = StanConnection(self.copts, self.role)
+                conn = StanConnection(self.copts, self.role, replaces=lost)
                 self._lt.run(conn.connect_nats())  # streaming registers when it is needed
                 self._conn = conn
             try:
@@ -80,6 +81,7 @@ class ChannelCatalog:
             except (StanError, nats_errors.Error, OSError) as exc:
                 if attempt == 2 or not isinstance(self._conn.check(exc), ConnectionLost):
                     raise
+                lost = self._conn
                 self._close_conn()
         raise AssertionError("unreachable")
 
