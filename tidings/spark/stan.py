@@ -38,8 +38,8 @@ from .options import ConnectionOptions
 
 T = TypeVar("T")
 
-__all__ = ["ChannelInfo", "ConnectionLost", "Probe", "RangeRead", "StanConnection", "StanError", "unique_id",
-           "wait_for_streaming", "wait_progress"]
+__all__ = ["ChannelInfo", "ConnectionLost", "Probe", "RangeRead", "StanConnection", "StanError",
+           "unique_id", "wait_for_streaming", "wait_progress"]
 
 _nuid = NUID()
 _nuid_pid = os.getpid()
@@ -92,7 +92,6 @@ class StanConnection:
     def __init__(self, copts: ConnectionOptions, role: str, replaces: StanConnection | None = None
                  ) -> None:
         self.copts = copts
-        self.role = role
         self.client_id = f"{copts.client_id_prefix}-{role}-{unique_id()}"
         # The lost connection this one takes over from: its streaming client, if it had one,
         # is closed on the server once this one is registered.
