@@ -113,7 +113,7 @@ class _StreamingPublisher:
     def _on_ack(self, guid: str, err: StanError | None) -> None:
         if isinstance(err, ConnectionLost):
             return  # published again on the next connection
-        del self.unacked[guid]
+        self.unacked.pop(guid, None)
         if err is not None:
             self.refused.append(err)
 
