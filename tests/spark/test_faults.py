@@ -219,28 +219,34 @@ def _slow_read(spark, url: str, channel: str, **options: str):
             .option("minPartitionsPerChannel", 1).options(**options).load())
 
 
-def _when_reading(srv: Restartable, action) -> threading.Thread:
-    """Calls `action()` once a task's reader has registered with the streaming server."""
+class CrashWhenRegistered(threading.Thread):
+    """Calls `action()` (a kill or a restart) once a task's client (`spark-r-`: reader,
+    `spark-w-`: writer) has registered with the streaming server; `at` is when."""
 
-    def watch() -> None:
+    def __init__(self, srv: Restartable, prefix: str, action) -> None:
+        super().__init__()
+        self.srv, self.prefix, self.action = srv, prefix, action
+        self.at = 0.0
+        self.start()
+
+    def run(self) -> None:
         deadline = time.monotonic() + 120
-        while not any(c.startswith("spark-r-") for c in srv.clients()):
-            assert time.monotonic() < deadline, "no task started reading"
+        while not any(c.startswith(self.prefix) for c in self.srv.clients()):
+            assert time.monotonic() < deadline, f"no {self.prefix}* client registered"
             time.sleep(0.02)
-        action()
-
-    thread = threading.Thread(target=watch)
-    thread.start()
-    return thread
+        self.at = time.monotonic()
+        self.action()
 
 
 def test_a_spark_read_recovers_from_a_restart_midway(spark, restartable, channel_name):
     ch = channel_name()
     payloads = _payloads(2000, 10)
     publish(restartable.url, ch, payloads)
-    watcher = _when_reading(restartable, restartable.restart)
+    crash = CrashWhenRegistered(restartable, "spark-r-", restartable.restart)
     rows = _slow_read(spark, restartable.url, ch).orderBy("sequence").collect()
-    watcher.join()
+    read = time.monotonic()
+    crash.join()
+    assert crash.at < read  # the crash came while the task was reading
     assert [r.sequence for r in rows] == list(range(1, 2001))
     assert [bytes(r.data) for r in rows] == payloads
 
@@ -248,18 +254,39 @@ def test_a_spark_read_recovers_from_a_restart_midway(spark, restartable, channel
 def test_a_spark_read_fails_in_time_when_the_server_is_gone(spark, restartable, channel_name):
     ch = channel_name()
     publish(restartable.url, ch, _payloads(2000, 10))
-    killed: list[float] = []
-
-    def kill() -> None:
-        restartable.kill()
-        killed.append(time.monotonic())
-
-    watcher = _when_reading(restartable, kill)
+    crash = CrashWhenRegistered(restartable, "spark-r-", restartable.kill)
     with pytest.raises(Exception, match="reconnectTimeout") as err:
         _slow_read(spark, restartable.url, ch, reconnectTimeout="2").collect()
-    watcher.join()
+    crash.join()
     assert restartable.url in str(err.value)
-    assert time.monotonic() - killed[0] < 2 + 5 + BOUND_SLACK
+    assert time.monotonic() - crash.at < 2 + 5 + BOUND_SLACK
+
+
+def _slow_write(spark, url: str, channel: str, rows: int, **options: str) -> None:
+    """One task publishing with a single PubAck outstanding."""
+    (spark.range(rows).selectExpr(f"'{channel}' as subject", "cast(id as string) as data")
+     .coalesce(1).write.format("nats").mode("append").option("url", url)
+     .option("maxPubAcksInFlight", 1).options(**options).save())
+
+
+def test_a_spark_write_recovers_from_a_restart_midway(spark, restartable, channel_name):
+    ch = channel_name()
+    crash = CrashWhenRegistered(restartable, "spark-w-", restartable.restart)
+    _slow_write(spark, restartable.url, ch, 3000)
+    written = time.monotonic()
+    crash.join()
+    assert crash.at < written  # the crash came while the task was writing
+    stored = _stored(restartable.url, ch, 6000)
+    assert list(dict.fromkeys(stored)) == [b"%d" % i for i in range(3000)]
+
+
+def test_a_spark_write_fails_in_time_when_the_server_is_gone(spark, restartable, channel_name):
+    crash = CrashWhenRegistered(restartable, "spark-w-", restartable.kill)
+    with pytest.raises(Exception, match="reconnectTimeout") as err:
+        _slow_write(spark, restartable.url, channel_name(), 3000, reconnectTimeout="2")
+    crash.join()
+    assert restartable.url in str(err.value)
+    assert time.monotonic() - crash.at < 2 + 5 + BOUND_SLACK
 
 
 def test_a_stream_rides_out_a_server_restart(spark, restartable, channel_name, tmp_path):
