@@ -71,8 +71,18 @@ class Cluster:
         return m.server
 
     def start_all(self) -> None:
-        for i in range(len(self.members)):
-            self.start(i)
+        """The first start: a member whose server exits at once gets fresh ports and another
+        try (a port chosen free may be taken by someone else before the server binds it; seen
+        once in a clean-clone run). Restarts keep the ports."""
+        for i, m in enumerate(self.members):
+            for attempt in range(3):
+                try:
+                    self.start(i)
+                    break
+                except RuntimeError:
+                    if attempt == 2:
+                        raise
+                    m.port, m.route_port = free_port(), free_port()
 
     def kill(self, i: int) -> None:
         server = self.members[i].server
