@@ -127,8 +127,8 @@ class _StreamingPublisher:
     def _lost(self, exc: BaseException) -> bool:
         return self.conn is not None and isinstance(self.conn.check(exc), ConnectionLost)
 
-    async def _reopen(self) -> StreamingClient:
-        """A new connection on which every unacknowledged row has been published again."""
+    async def open(self) -> StreamingClient:
+        """A new connection, on which every unacknowledged row has been published (again)."""
         while True:
             old = self.conn
             if old is not None:
@@ -156,7 +156,7 @@ class _StreamingPublisher:
                 self._check_refused()
             sc = self.sc
             if sc is None or sc.closed:
-                await self._reopen()  # publishes what was sent and not acknowledged
+                await self.open()  # publishes what was sent and not acknowledged
                 continue
             publish = sc.publish_async
             try:
@@ -174,7 +174,7 @@ class _StreamingPublisher:
     async def finish(self) -> None:
         """Until every row is acknowledged (or a refusal fails the write)."""
         while True:
-            sc = self.sc if self.sc is not None and not self.sc.closed else await self._reopen()
+            sc = self.sc if self.sc is not None and not self.sc.closed else await self.open()
             await sc.wait_pub_acks()
             if self.refused:
                 self._check_refused()
@@ -193,7 +193,7 @@ async def _publish_streaming(copts: ConnectionOptions, wopts: WriteOptions,
     publisher = _StreamingPublisher(copts, wopts)
     count = 0
     try:
-        await publisher._reopen()
+        await publisher.open()
         checked: set[str] = set()
         for batch in batches:
             subjects, payloads = _columns(batch, wopts.subject)
