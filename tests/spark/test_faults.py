@@ -334,3 +334,19 @@ def test_a_subscription_read_waiting_for_missing_messages_fails_after_read_timeo
     with pytest.raises(StanError, match="no message for 1 s \\(readTimeout\\)"):
         list(batches)
     assert time.monotonic() - began < 1 + BOUND_SLACK
+
+
+@pytest.mark.parametrize("kind", ["tidings", "reference"])
+def test_a_server_that_drops_every_connection_fails_the_write_instead_of_looping(kind):
+    from tests.servers import start_configured
+
+    # A PUB line past max_control_line: the server answers -ERR and closes the connection,
+    # every time the write tries again.
+    server = start_configured(kind, "max_control_line: 512\n")
+    try:
+        copts = ConnectionOptions.parse({"url": server.url})
+        with pytest.raises(StanError, match="3 times in a row without progress"):
+            write_batches(copts, WriteOptions.parse({"target": "core"}),
+                          iter([_rows("x" * 600, [b"payload"])]))
+    finally:
+        server.stop()

@@ -27,7 +27,14 @@ from .arrow import columnar_batch, message_batch
 from .fetch import HEADER, FetchReply, FetchUnsupported, fetch_range
 from .options import ConnectionOptions, ReadOptions
 from .planning import SeqRange
-from .stan import ConnectionLost, RangeRead, StanConnection, StanError, wait_progress
+from .stan import (
+    ConnectionLost,
+    Losses,
+    RangeRead,
+    StanConnection,
+    StanError,
+    wait_progress,
+)
 
 MSG_OVERHEAD = 96  # bytes a delivered message costs besides its data (MSG line, MsgProto)
 
@@ -82,6 +89,7 @@ def read_partition(part: NatsPartition) -> Iterator[pa.RecordBatch]:
     loop = asyncio.new_event_loop()
     read = RangeRead(rng.channel, rng.start, rng.end, part.params.batch_size, part.min_time)
     conn = StanConnection(part.copts, "r")
+    losses = Losses()
     try:
         while True:
             try:
@@ -95,6 +103,7 @@ def read_partition(part: NatsPartition) -> Iterator[pa.RecordBatch]:
                 lost = conn.check(exc)
                 if not isinstance(lost, ConnectionLost):
                     raise
+                losses.lost(read.expected, lost)
                 read.error = None
                 loop.run_until_complete(conn.close())
                 conn = StanConnection(part.copts, "r", replaces=conn)

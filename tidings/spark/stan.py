@@ -38,7 +38,7 @@ from .options import ConnectionOptions
 
 T = TypeVar("T")
 
-__all__ = ["ChannelInfo", "ConnectionLost", "Probe", "RangeRead", "StanConnection", "StanError",
+__all__ = ["ChannelInfo", "ConnectionLost", "Losses", "Probe", "RangeRead", "StanConnection", "StanError",
            "unique_id", "wait_for_streaming", "wait_progress"]
 
 _nuid = NUID()
@@ -76,6 +76,26 @@ class ConnectionLost(StanError):
 _FINAL = (nats_errors.ServerError, nats_errors.SecureConnWantedError,
           nats_errors.SecureConnFailedError, nats_errors.InvalidUserCredentialsError)
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.5)  # between connect attempts; then every 0.5 s
+
+
+class Losses:
+    """Counts connections lost in a row while the work stood still (`at` the same progress):
+    a server that drops the connection every time (before anything moves on) fails the task
+    instead of holding it in a loop of reconnects."""
+
+    LIMIT = 3
+
+    def __init__(self) -> None:
+        self.at: object = None
+        self.count = 0
+
+    def lost(self, at: object, err: StanError) -> None:
+        if at == self.at:
+            self.count += 1
+        else:
+            self.at, self.count = at, 1
+        if self.count >= self.LIMIT:
+            raise StanError(f"{err} ({self.count} times in a row without progress)") from err
 
 
 class StanConnection:

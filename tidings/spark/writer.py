@@ -35,7 +35,7 @@ from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 from ..client import errors as nats_errors
 from ..streaming.client import ERR_PUB_ACK_TIMEOUT, StreamingClient
 from .options import ConnectionOptions, OptionError, WriteOptions, check_channel
-from .stan import ConnectionLost, StanConnection, StanError, unique_id
+from .stan import ConnectionLost, Losses, StanConnection, StanError, unique_id
 
 
 @dataclass
@@ -109,11 +109,14 @@ class _StreamingPublisher:
         self.refused: list[StanError] = []
         self.prefix = unique_id()
         self.counter = itertools.count()
+        self.acked = 0
+        self.losses = Losses()
 
     def _on_ack(self, guid: str, err: StanError | None) -> None:
         if isinstance(err, ConnectionLost):
             return  # published again on the next connection
         self.unacked.pop(guid, None)
+        self.acked += 1
         if err is not None:
             self.refused.append(err)
 
@@ -132,6 +135,8 @@ class _StreamingPublisher:
         while True:
             old = self.conn
             if old is not None:
+                self.losses.lost(self.acked, ConnectionLost(
+                    f"lost the connection to {old.servers}"))
                 await old.close()
             self.conn = StanConnection(self.copts, "w", replaces=old)
             self.sc = None
@@ -213,6 +218,7 @@ async def _publish_core(copts: ConnectionOptions, wopts: WriteOptions,
     """Core publishes, flushed (PING/PONG) after each record batch. When the connection is
     lost midway, a new one (`reconnectTimeout`) publishes the batch again from its start."""
     conn = StanConnection(copts, "w")
+    losses = Losses()
     count = 0
     try:
         await conn.connect_nats()
@@ -230,8 +236,10 @@ async def _publish_core(copts: ConnectionOptions, wopts: WriteOptions,
                     await nc.flush(timeout=wopts.pub_ack_wait)
                     break
                 except (nats_errors.Error, OSError) as exc:
-                    if not isinstance(conn.check(exc), ConnectionLost):
+                    lost = conn.check(exc)
+                    if not isinstance(lost, ConnectionLost):
                         raise
+                    losses.lost(count, lost)
                 await conn.close()
                 conn = StanConnection(copts, "w")
                 await conn.connect_nats()
