@@ -208,8 +208,8 @@ async def test_tidings_client_over_ws(server: WsServer) -> None:
         assert got == [str(i).encode() for i in range(100)]
         tcp_sub = await tcp.subscribe("back")
         await tcp.flush()
-        await ws.publish("back", b"from tidings.client")
-        assert (await tcp_sub.next_msg(timeout=5)).data == b"from tidings.client"
+        back = await publish_until_received(ws, tcp_sub, "back", b"from tidings.client")
+        assert back.data == b"from tidings.client"
     finally:
         await ws.close()
         await tcp.close()
