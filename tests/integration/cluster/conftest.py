@@ -14,6 +14,7 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 
+from tests.messaging import synced
 from tests.servers import RunningServer, free_port, start_reference, start_tidings
 
 # A cluster is named by its servers' kinds: "t" tidings, "r" reference. The first is the
@@ -100,19 +101,6 @@ class Cluster:
 
 async def connect(url: str, **kw: object) -> NATS:
     return await nats.connect(url, **kw)  # type: ignore[arg-type]
-
-
-async def synced(nc: NATS) -> None:
-    """Returns once the server has processed everything `nc` sent before (nats-py's flush
-    may overtake its own buffered commands): a request to a responder on `nc` itself."""
-    inbox = f"_sync.{next(_ids)}"
-
-    async def echo(msg: nats.aio.msg.Msg) -> None:
-        await msg.respond(b"")
-
-    sub = await nc.subscribe(inbox, cb=echo)
-    await nc.request(inbox, b"", timeout=5)
-    await sub.unsubscribe()
 
 
 async def eventually(pred: Callable[[], bool], timeout: float = 30.0) -> None:

@@ -14,7 +14,9 @@ import pytest
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
-from .conftest import Cluster, connect, eventually, synced, wait_interest
+from tests.messaging import synced
+
+from .conftest import Cluster, connect, eventually, wait_interest
 
 _ids = itertools.count()
 END = b"END"

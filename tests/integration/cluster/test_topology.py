@@ -11,8 +11,9 @@ import time
 import pytest
 
 from tests.integration.core.rawnats import CONNECT_PLAIN, CONNECT_QUIET, RawConn
+from tests.messaging import synced
 
-from .conftest import Cluster, connect, synced, wait_interest, wait_mesh
+from .conftest import Cluster, connect, wait_interest, wait_mesh
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -20,7 +20,7 @@ import nats
 import nkeys
 import pytest
 
-from tests.messaging import publish_until_received
+from tests.messaging import synced
 from tests.servers import RunningServer, nats_server_binary, start_configured
 
 from .rawnats import RawConn, run_exchange
@@ -211,9 +211,10 @@ async def test_clients_with_nkeys_bcrypt_and_permissions(users: dict[str, Runnin
                            allow_reconnect=False)
         dave = await connect(server.url, user="dave", password="s3cret", allow_reconnect=False)
         sub = await dave.subscribe("n.>")
-        await dave.flush()
+        await synced(dave)
         await nc.publish("elsewhere", b"2")
-        msg = await publish_until_received(nc, sub, "n.one", b"1")
+        await nc.publish("n.one", b"1")
+        msg = await sub.next_msg(timeout=5)
         assert (msg.subject, msg.data) == ("n.one", b"1"), kind
         await asyncio.wait_for(refused.wait(), 5)
         assert "permissions violation for publish" in str(errors[0]).lower(), kind

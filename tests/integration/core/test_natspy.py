@@ -19,6 +19,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.errors import MaxPayloadError, NoRespondersError
 
+from tests.messaging import synced
 from tests.servers import RunningServer
 from tidings.protocol.headers import Headers
 
@@ -45,18 +46,6 @@ async def nc(server: RunningServer) -> AsyncIterator[NATS]:
     yield conn
     if not conn.is_closed:
         await conn.close()
-
-
-async def synced(conn: NATS) -> None:
-    """Return once the server has processed everything `conn` sent before this call."""
-    subject = f"sync.{next(_ids)}"
-
-    async def echo(msg: Msg) -> None:
-        await msg.respond(b"")
-
-    sub = await conn.subscribe(subject, cb=echo)
-    await conn.request(subject, b"", timeout=5)
-    await sub.unsubscribe()
 
 
 def unique(prefix: str) -> str:

@@ -22,7 +22,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 import tidings.client
-from tests.messaging import publish_until_received
+from tests.messaging import synced
 from tests.servers import (
     _wait_ready,
     free_port,
@@ -207,9 +207,9 @@ async def test_tidings_client_over_ws(server: WsServer) -> None:
         got = [(await sub.next_msg(timeout=5)).data for _ in range(100)]
         assert got == [str(i).encode() for i in range(100)]
         tcp_sub = await tcp.subscribe("back")
-        await tcp.flush()
-        back = await publish_until_received(ws, tcp_sub, "back", b"from tidings.client")
-        assert back.data == b"from tidings.client"
+        await synced(tcp)
+        await ws.publish("back", b"from tidings.client")
+        assert (await tcp_sub.next_msg(timeout=5)).data == b"from tidings.client"
     finally:
         await ws.close()
         await tcp.close()
@@ -423,9 +423,9 @@ async def test_wss_with_certificates_made_now(kind: str, tmp_path: Path) -> None
         try:
             assert wss._server_info.get("tls_required") is True
             sub = await tcp.subscribe("secure")
-            await tcp.flush()
-            msg = await publish_until_received(wss, sub, "secure", b"over wss")
-            assert msg.data == b"over wss"
+            await synced(tcp)
+            await wss.publish("secure", b"over wss")
+            assert (await sub.next_msg(timeout=5)).data == b"over wss"
         finally:
             await wss.close()
             await tcp.close()
