@@ -9,7 +9,7 @@ import itertools
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -93,6 +93,24 @@ class FTNode:
     def stop(self) -> None:
         stop_process(self.proc)
         self._log.close()
+
+
+@contextlib.asynccontextmanager
+async def active_and_standby(url: str, store: Path | str, logs: Path
+                             ) -> AsyncIterator[tuple[FTNode, FTNode]]:
+    """The group's first server, once active, and a second, once in standby; both stopped
+    at the end."""
+    nodes: list[FTNode] = []
+    try:
+        nodes.append(FTNode(url, store, logs / "a.log"))
+        await poll(nodes[0].is_active, 30, "the first server active")
+        standby = FTNode(url, store, logs / "b.log")
+        nodes.append(standby)
+        await poll(lambda: "Starting in standby mode" in standby.log(), 30, "a standby")
+        yield nodes[0], standby
+    finally:
+        for node in nodes:
+            node.stop()
 
 
 def node_maker(url: str, store: Path | str, logs: Path) -> Callable[[], FTNode]:
@@ -386,63 +404,46 @@ async def test_a_paused_active_keeps_the_store(core, tmp_path):
     every acknowledged message is there once, in order."""
     import signal
 
-    store = tmp_path / "store"
-    a = FTNode(core.url, store, tmp_path / "a.log")
-    try:
-        await poll(a.is_active, 30, "the first server active")
-        b = FTNode(core.url, store, tmp_path / "b.log")
+    async with active_and_standby(core.url, tmp_path / "store", tmp_path) as (a, b):
+        sc = await stan_connect(CID, "before", url=core.url, ack_timeout=5)
+        for i in range(20):
+            await sc.publish("split", b"a%d" % i)
+        await sc.close()
+        a.proc.send_signal(signal.SIGSTOP)
         try:
-            await poll(lambda: "Starting in standby mode" in b.log(), 30, "a standby")
-            sc = await stan_connect(CID, "before", url=core.url, ack_timeout=5)
-            for i in range(20):
-                await sc.publish("split", b"a%d" % i)
-            await sc.close()
-            a.proc.send_signal(signal.SIGSTOP)
-            try:
-                await poll(lambda: "unable to get store lock" in b.log(), 15,
-                           "the standby trying the lock while the active is paused")
-                assert not b.is_active()
-            finally:
-                a.proc.send_signal(signal.SIGCONT)
-            sc = await stan_connect(CID, "after", url=core.url, ack_timeout=5)
-            for i in range(20):
-                await sc.publish("split", b"b%d" % i)
-            await sc.close()
-            assert not b.is_active() and a.proc.poll() is None
-            assert await read_all(core.url, "reader", "split") == (
-                [b"a%d" % i for i in range(20)] + [b"b%d" % i for i in range(20)])
+            await poll(lambda: "unable to get store lock" in b.log(), 15,
+                       "the standby trying the lock while the active is paused")
+            assert not b.is_active()
         finally:
-            b.stop()
-    finally:
-        a.stop()
+            a.proc.send_signal(signal.SIGCONT)
+        sc = await stan_connect(CID, "after", url=core.url, ack_timeout=5)
+        for i in range(20):
+            await sc.publish("split", b"b%d" % i)
+        await sc.close()
+        assert not b.is_active() and a.proc.poll() is None
+        assert await read_all(core.url, "reader", "split") == (
+            [b"a%d" % i for i in range(20)] + [b"b%d" % i for i in range(20)])
 
 
 async def test_takeover_on_postgresql(core, tmp_path, postgres_dsn):
     """The group shares one PostgreSQL database: its advisory lock goes with the killed
     server's connection, and a standby takes over with every acknowledged message."""
     dsn = pg_store(postgres_dsn, "ft_test")
-    a = FTNode(core.url, dsn, tmp_path / "a.log")
-    b = None
-    nc = await nats_connect(core.url)
-    try:
-        await poll(a.is_active, 30, "the first server active")
-        b = FTNode(core.url, dsn, tmp_path / "b.log")
-        await poll(lambda: "Starting in standby mode" in b.log(), 30, "a standby")
-        sc = await stan_connect(CID, "pg-pub", url=core.url, ack_timeout=5)
-        for i in range(50):
-            await sc.publish("pg", b"m%d" % i)
-        await sc.close()
-        a.kill()
-        killed = time.monotonic()
-        answered = await wait_answering(nc, 15)
-        assert b.is_active()
-        assert answered - killed < 5, answered - killed
-        assert await read_all(core.url, "pg-reader", "pg") == [b"m%d" % i for i in range(50)]
-    finally:
-        await nc.close()
-        a.stop()
-        if b is not None:
-            b.stop()
+    async with active_and_standby(core.url, dsn, tmp_path) as (a, b):
+        nc = await nats_connect(core.url)
+        try:
+            sc = await stan_connect(CID, "pg-pub", url=core.url, ack_timeout=5)
+            for i in range(50):
+                await sc.publish("pg", b"m%d" % i)
+            await sc.close()
+            a.kill()
+            killed = time.monotonic()
+            answered = await wait_answering(nc, 15)
+            assert b.is_active()
+            assert answered - killed < 5, answered - killed
+            assert await read_all(core.url, "pg-reader", "pg") == [b"m%d" % i for i in range(50)]
+        finally:
+            await nc.close()
 
 
 async def test_clients_carry_on_across_a_takeover(core, tmp_path):
@@ -450,13 +451,7 @@ async def test_clients_carry_on_across_a_takeover(core, tmp_path):
     client id and its durable subscription: it publishes on after the takeover (retrying
     what was not acknowledged), and the subscription gets every message, unacknowledged
     ones again, none lost."""
-    store = tmp_path / "store"
-    a = FTNode(core.url, store, tmp_path / "a.log")
-    b = None
-    try:
-        await poll(a.is_active, 30, "the first server active")
-        b = FTNode(core.url, store, tmp_path / "b.log")
-        await poll(lambda: "Starting in standby mode" in b.log(), 30, "a standby")
+    async with active_and_standby(core.url, tmp_path / "store", tmp_path) as (a, b):
         sc = await stan_connect(CID, "survivor", url=core.url, ack_timeout=2)
         inbox = Inbox()
         await sc.subscribe("carry", cb=inbox, durable_name="dur", ack_wait=1)
@@ -488,10 +483,6 @@ async def test_clients_carry_on_across_a_takeover(core, tmp_path):
         # so none was stored without its acknowledgement reaching us.
         assert await read_all(core.url, "carry-reader", "carry") == (
             [b"before-%d" % i for i in range(10)] + [b"after-%d" % i for i in range(10)])
-    finally:
-        a.stop()
-        if b is not None:
-            b.stop()
 
 
 def _ft_status(port: int) -> tuple[int, str]:
@@ -640,12 +631,7 @@ async def test_an_active_that_loses_its_database_lock_steps_down(core, tmp_path,
     import psycopg
 
     dsn = pg_store(postgres_dsn, "ft_lost")
-    a = FTNode(core.url, dsn, tmp_path / "a.log")
-    b = None
-    try:
-        await poll(a.is_active, 30, "the first server active")
-        b = FTNode(core.url, dsn, tmp_path / "b.log")
-        await poll(lambda: "Starting in standby mode" in b.log(), 30, "a standby")
+    async with active_and_standby(core.url, dsn, tmp_path) as (a, b):
         sc = await stan_connect(CID, "lost-pub", url=core.url, ack_timeout=5)
         for i in range(20):
             await sc.publish("lost", b"m%d" % i)
@@ -661,7 +647,3 @@ async def test_an_active_that_loses_its_database_lock_steps_down(core, tmp_path,
         assert "ft: lost the store lock, aborting" in a.log()
         await poll(b.is_active, 15, "the standby to take over")
         assert await read_all(core.url, "lost-reader", "lost") == [b"m%d" % i for i in range(20)]
-    finally:
-        a.stop()
-        if b is not None:
-            b.stop()
