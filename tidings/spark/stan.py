@@ -121,6 +121,7 @@ class StanConnection:
         self.sc: StreamingClient | None = None
         self.on_lost: list[Callable[[ConnectionLost], None]] = []
         self._connected = False  # once connected, a failure may be a lost connection
+        self._deadline: float | None = None  # of the retries (see `retrying`)
         self._closing = False
 
     @property
@@ -129,10 +130,14 @@ class StanConnection:
 
     async def retrying(self, attempt: Callable[[], Awaitable[T]], retry_on: Callable[
             [BaseException], bool], what: str) -> T:
-        """`attempt()` until it succeeds, a final error, or `reconnectTimeout` has passed."""
+        """`attempt()` until it succeeds, a final error, or this connection's
+        `reconnectTimeout` has passed: one window from its first attempt for all its steps
+        (NATS, streaming registration, a first fetch), so they cannot add up."""
         loop = asyncio.get_running_loop()
         wait = self.copts.reconnect_timeout
-        deadline = loop.time() + wait
+        if self._deadline is None:
+            self._deadline = loop.time() + wait
+        deadline = self._deadline
         for tries in itertools.count():
             try:
                 return await attempt()
@@ -351,22 +356,19 @@ async def wait_progress(read: RangeRead, timeout: float, what: Callable[[], str]
 def wait_for_streaming(url: str, timeout: float = 20.0, **options: str) -> None:
     """Block until a streaming server answers a connect at `url` (e.g. one embedded in a
     server that has just started); `options` are data source options such as clusterId,
-    user, password. Raises TimeoutError after `timeout` seconds."""
-    import time
+    user, password. Raises TimeoutError after `timeout` seconds (at once for a refusal that
+    waiting will not change, such as a wrong password)."""
+    copts = ConnectionOptions.parse({"url": url, "requestTimeout": "1",
+                                     "reconnectTimeout": str(timeout), **options})
 
-    copts = ConnectionOptions.parse({"url": url, "requestTimeout": "1", **options})
-
-    async def attempt() -> bool:
+    async def attempt() -> None:  # the connection's own retries do the waiting
         conn = StanConnection(copts, "probe")
         try:
             await conn.connect()
-        except (StanError, OSError):
-            return False
-        await conn.close()
-        return True
+        finally:
+            await conn.close()
 
-    deadline = time.monotonic() + timeout
-    while not asyncio.run(attempt()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no streaming server at {url}")
-        time.sleep(0.1)
+    try:
+        asyncio.run(attempt())
+    except StanError as exc:
+        raise TimeoutError(f"no streaming server at {url}: {exc}") from exc
