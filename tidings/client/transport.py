@@ -80,6 +80,8 @@ class WebSocketTransport(asyncio.Transport):
         self._closing = False
         self._lost = False
         self._wake = asyncio.Event()
+        self._reading = asyncio.Event()
+        self._reading.set()
         loop = asyncio.get_running_loop()
         self._reader = loop.create_task(self._read_loop())
         self._writer = loop.create_task(self._write_loop())
@@ -115,6 +117,15 @@ class WebSocketTransport(asyncio.Transport):
         self._writer.cancel()
         asyncio.get_running_loop().create_task(self._shutdown(None))
 
+    def pause_reading(self) -> None:
+        self._reading.clear()  # aiohttp keeps reading into its own bounded queue meanwhile
+
+    def resume_reading(self) -> None:
+        self._reading.set()
+
+    def is_reading(self) -> bool:
+        return self._reading.is_set()
+
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "peername":
             return self._ws.get_extra_info("peername", default)
@@ -143,6 +154,8 @@ class WebSocketTransport(asyncio.Transport):
                 elif m.type == aiohttp.WSMsgType.ERROR:
                     exc = m.data if isinstance(m.data, BaseException) else None
                     break
+                if not self._reading.is_set():
+                    await self._reading.wait()
         except asyncio.CancelledError:
             raise
         except Exception as e:

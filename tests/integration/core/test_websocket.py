@@ -22,6 +22,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 import tidings.client
+import tidings.turns
 from tests.messaging import synced
 from tests.servers import (
     _wait_ready,
@@ -144,8 +145,8 @@ async def test_natspy_ws_and_tcp_talk_both_ways(server: WsServer) -> None:
     try:
         from_ws = await tcp.subscribe("to.tcp")
         from_tcp = await ws.subscribe("to.ws")
-        await tcp.flush()
-        await ws.flush()
+        await synced(tcp)
+        await synced(ws)
         await ws.publish("to.tcp", b"over websocket", headers={"X-Kind": "ws"})
         await tcp.publish("to.ws", b"over tcp", headers={"X-Kind": "tcp"})
         got = await from_ws.next_msg(timeout=5)
@@ -168,8 +169,8 @@ async def test_request_reply_across_transports(server: WsServer) -> None:
 
         await ws.subscribe("svc.ws", cb=on_ws)
         await tcp.subscribe("svc.tcp", cb=on_tcp)
-        await ws.flush()
-        await tcp.flush()
+        await synced(ws)
+        await synced(tcp)
         assert (await tcp.request("svc.ws", b"q1", timeout=5)).data == b"ws answers q1"
         assert (await ws.request("svc.tcp", b"q2", timeout=5)).data == b"tcp answers q2"
     finally:
@@ -184,8 +185,8 @@ async def test_payload_near_max_payload(server: WsServer) -> None:
         big = bytes(range(256)) * ((ws.max_payload - 1024) // 256)
         to_tcp = await tcp.subscribe("big.tcp")
         to_ws = await ws.subscribe("big.ws")
-        await tcp.flush()
-        await ws.flush()
+        await synced(tcp)
+        await synced(ws)
         await ws.publish("big.tcp", big)
         await tcp.publish("big.ws", big[::-1])
         assert (await to_tcp.next_msg(timeout=10)).data == big
@@ -210,6 +211,29 @@ async def test_tidings_client_over_ws(server: WsServer) -> None:
         await synced(tcp)
         await ws.publish("back", b"from tidings.client")
         assert (await tcp_sub.next_msg(timeout=5)).data == b"from tidings.client"
+    finally:
+        await ws.close()
+        await tcp.close()
+
+
+async def test_tidings_client_over_ws_pauses_reading(
+        server: WsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With every read over its turn's input budget (as on a busy machine), the client pauses
+    its WebSocket transport after each frame and resumes on the next turn; nothing is lost
+    (the transport once had no pause_reading and the connection died of it)."""
+    monkeypatch.setattr(tidings.turns, "INPUT_BUDGET", -1.0)
+    ws = await tidings.client.connect(server.ws_url, allow_reconnect=False)
+    tcp = await natspy(server.url)
+    try:
+        sub = await ws.subscribe("paused.>")
+        await ws.flush()
+        for i in range(500):
+            await tcp.publish(f"paused.{i}", str(i).encode() * 50)
+        await tcp.flush()
+        got = [(await sub.next_msg(timeout=5)).data for _ in range(500)]
+        assert got == [str(i).encode() * 50 for i in range(500)]
+        await ws.flush()
+        assert ws.is_connected
     finally:
         await ws.close()
         await tcp.close()
@@ -317,7 +341,7 @@ async def test_compression_when_the_client_asks(server: WsServer) -> None:
         await frame(ws)  # INFO
         payload = b"compressible " * 5000
         sub = await tcp.subscribe("zip")
-        await tcp.flush()
+        await synced(tcp)
         await ws.send_bytes(b'CONNECT {"verbose":false}\r\nSUB zip.back 1\r\n'
                             b"PUB zip %d\r\n%b\r\nPING\r\n" % (len(payload), payload))
         await read_until(ws, b"PONG\r\n")
@@ -356,7 +380,7 @@ async def test_stuck_ws_reader_is_a_slow_consumer(kind: str, tmp_path: Path) -> 
             await msg.respond(msg.data)
 
         await other.subscribe("echo", cb=echo)
-        await other.flush()
+        await synced(other)
         chunk = b"x" * 32 * 1024
         for _ in range(2000):  # 64 MB: far more than the socket buffers and max_pending
             await tcp.publish("flood", chunk)
@@ -482,7 +506,7 @@ async def test_ws_reader_keeping_up_gets_a_burst_bigger_than_max_pending(
         ws, tcp = await natspy(srv.ws_url), await natspy(srv.url)
         try:
             sub = await ws.subscribe("burst")
-            await ws.flush()
+            await synced(ws)
             chunk = b"y" * 16 * 1024
             for _ in range(400):  # 6.4 MB, in bursts far over max_pending
                 await tcp.publish("burst", chunk)
@@ -509,7 +533,7 @@ async def test_websocket_authorization_of_its_own(kind: str, tmp_path: Path) -> 
         host = server.ws_url.removeprefix("ws://")
         web = await natspy(f"ws://web:pw@{host}")
         sub = await tcp.subscribe("from.web")
-        await tcp.flush()
+        await synced(tcp)
         await web.publish("from.web", b"hello")
         assert (await sub.next_msg(timeout=5)).data == b"hello"
         await web.close()
