@@ -28,6 +28,7 @@ def _setup_logging(quiet: bool, debug: bool, trace: bool = False, logtime: bool 
 
 
 def _cmd_server(args: argparse.Namespace) -> int:
+    from .server.allocator import keep_freed_memory
     from .server.server import NATS_VERSION, install_uvloop, run
 
     if args.version:
@@ -54,6 +55,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
     _setup_logging(options.no_log, options.debug, options.trace, options.logtime,
                    options.log_file, options.log_size_limit)
     install_uvloop()
+    keep_freed_memory()
     extra_start = None
     running: list = []
     if not args.no_streaming:
@@ -126,6 +128,7 @@ def _pid_file(path: str) -> Iterator[None]:
 
 
 def _cmd_streaming(args: argparse.Namespace) -> int:
+    from .server.allocator import keep_freed_memory
     from .server.server import install_uvloop
 
     _setup_logging(args.no_log, args.debug)
@@ -135,6 +138,7 @@ def _cmd_streaming(args: argparse.Namespace) -> int:
     from .streaming.server import run_standalone
 
     install_uvloop()
+    keep_freed_memory()
     sopts = streaming_options(args)
     try:
         asyncio.run(run_standalone(sopts))
