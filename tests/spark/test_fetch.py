@@ -29,9 +29,10 @@ from .conftest import publish, wait_streaming
 
 
 def _partition(url: str, channel: str, start: int, end: int, fetch: bool = True,
-               min_time: int = 0, **options: str) -> NatsPartition:
+               min_time: int = 0, batch_size: int = 10_000, **options: str) -> NatsPartition:
     copts = ConnectionOptions.parse({"url": url, "requestTimeout": "5", **options})
-    params = ReadParams.of(ReadOptions.parse({"channels": channel, "fetch": str(fetch)}))
+    params = ReadParams.of(ReadOptions.parse({"channels": channel, "fetch": str(fetch),
+                                              "batchSize": str(batch_size)}))
     return NatsPartition(SeqRange(channel, start, end), copts, params, 1000, min_time)
 
 
@@ -61,13 +62,24 @@ def test_fetch_crosses_reply_boundaries_with_the_subscription_rows(stan_server, 
     # ~100 KB each: a 1 MiB reply holds at most 10, so the range takes several replies
     payloads = [bytes([48 + i % 10]) * (90_000 + 997 * i) + b"|%d" % i for i in range(45)]
     publish(stan_server.url, ch, payloads)
-    fetched = _run(_partition(stan_server.url, ch, 3, 44), fetch_read)
-    assert len(fetched) >= 4  # one batch per reply
+    fetched = _run(_partition(stan_server.url, ch, 3, 44, batch_size=5), fetch_read)
+    assert [b.num_rows for b in fetched] == [5] * 8 + [2]
     subscribed = _run(_partition(stan_server.url, ch, 3, 44), subscription_read)
     a, b = _table(fetched), _table(subscribed)
     assert a.column("sequence").to_pylist() == list(range(3, 45))
     assert a.column("data").to_pylist() == payloads[2:44]
     assert a.equals(b)  # sequences, payloads, timestamps, channel, subject, redelivered
+
+
+def test_fetched_rows_reach_spark_in_batches_of_batch_size(stan_server, channel_name):
+    """Replies of 384 KiB (~190 of these rows) are regrouped into batches of batchSize rows:
+    fewer, larger batches cost Spark less per row."""
+    ch = channel_name()
+    payloads = [b"%06d" % i + b"y" * 2000 for i in range(2900)]
+    publish(stan_server.url, ch, payloads)
+    fetched = _run(_partition(stan_server.url, ch, 1, 2900, batch_size=500), fetch_read)
+    assert [b.num_rows for b in fetched] == [500] * 5 + [400]
+    assert _table(fetched).column("data").to_pylist() == payloads
 
 
 def test_start_time_filters_fetched_rows_like_subscribed_ones(stan_server, channel_name):

@@ -135,17 +135,35 @@ def fetch_read(part: NatsPartition, loop: asyncio.AbstractEventLoop, conn: StanC
     replies, reply = loop.run_until_complete(conn.retrying(
         first, lambda exc: isinstance(exc, FetchUnsupported) and conn.alive(),
         "fetching from NATS Streaming"))
+    size = part.params.batch_size
+    held: list[pa.RecordBatch] = []  # rows fetched and not yet handed to Spark
+    rows = upto = 0
     try:
         while reply is not None:
-            read.expected = reply.next
+            upto = reply.next
             batch = columnar_batch(rng.channel, reply.data, reply.count, HEADER.size,
                                    part.min_time)
             if batch.num_rows:
-                yield batch
+                held.append(batch)
+                rows += batch.num_rows
+            if rows >= size:
+                whole = pa.concat_batches(held)
+                cut = rows - rows % size
+                for at in range(0, cut, size):
+                    nxt = at + size  # a resumed read starts at the first row not handed over
+                    read.expected = whole.column(1)[nxt].as_py() if nxt < rows else upto
+                    yield whole.slice(at, size)
+                held = [whole.slice(cut)] if cut < rows else []
+                rows -= cut
+            if not held:
+                read.expected = upto
             try:
                 reply = loop.run_until_complete(anext(replies))
             except StopAsyncIteration:
                 reply = None
+        if held:
+            read.expected = upto
+            yield pa.concat_batches(held)
     finally:
         loop.run_until_complete(replies.aclose())
 
