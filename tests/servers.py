@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,17 @@ _TIDINGS_FLAGS = {
 }
 
 
+def _wait_route_listener(extra_args: list[str] | None, proc: subprocess.Popen[bytes]) -> None:
+    """With `--cluster URL`, until its route port accepts too: both servers open it after
+    the client port (the reference once the client listener is ready), so a client's INFO
+    does not say it is there yet."""
+    args = extra_args or []
+    if "--cluster" in args:
+        port = urllib.parse.urlparse(args[args.index("--cluster") + 1]).port
+        if port:
+            wait_listening(port, proc)
+
+
 def start_tidings(port: int | None = None, extra_args: list[str] | None = None,
                   **options: Any) -> RunningServer:
     port = port or free_port()
@@ -135,6 +147,7 @@ def start_tidings(port: int | None = None, extra_args: list[str] | None = None,
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
                             if os.environ.get("TIDINGS_TEST_QUIET") else None)
     _wait_ready(port, proc)
+    _wait_route_listener(extra_args, proc)
     return RunningServer("tidings", port, proc, options)
 
 
@@ -171,6 +184,7 @@ def start_reference(port: int | None = None, extra_args: list[str] | None = None
     cmd += extra_args or []
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_ready(port, proc)
+    _wait_route_listener(extra_args, proc)
     return RunningServer("reference", port, proc, options, [conf])
 
 
