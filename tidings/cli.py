@@ -28,7 +28,7 @@ def _setup_logging(quiet: bool, debug: bool, trace: bool = False, logtime: bool 
 
 
 def _cmd_server(args: argparse.Namespace) -> int:
-    from .server.allocator import keep_freed_memory
+    from .server.allocator import giving_back, keep_freed_memory
     from .server.server import NATS_VERSION, install_uvloop, run
 
     if args.version:
@@ -55,7 +55,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
     _setup_logging(options.no_log, options.debug, options.trace, options.logtime,
                    options.log_file, options.log_size_limit)
     install_uvloop()
-    keep_freed_memory()
+    give_back = keep_freed_memory()
     extra_start = None
     running: list = []
     if not args.no_streaming:
@@ -106,7 +106,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
 
     with _pid_file(options.pid_file):
         try:
-            asyncio.run(main())
+            asyncio.run(giving_back(give_back, main()))
         except KeyboardInterrupt:
             pass
     return 0
@@ -128,7 +128,7 @@ def _pid_file(path: str) -> Iterator[None]:
 
 
 def _cmd_streaming(args: argparse.Namespace) -> int:
-    from .server.allocator import keep_freed_memory
+    from .server.allocator import giving_back, keep_freed_memory
     from .server.server import install_uvloop
 
     _setup_logging(args.no_log, args.debug)
@@ -138,10 +138,10 @@ def _cmd_streaming(args: argparse.Namespace) -> int:
     from .streaming.server import run_standalone
 
     install_uvloop()
-    keep_freed_memory()
+    give_back = keep_freed_memory()
     sopts = streaming_options(args)
     try:
-        asyncio.run(run_standalone(sopts))
+        asyncio.run(giving_back(give_back, run_standalone(sopts)))
     except KeyboardInterrupt:
         pass
     return 0

@@ -4,11 +4,14 @@ message of more than 128 KiB: tidings.server.allocator)."""
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
 import sys
 
 import pytest
 
 from tests.servers import start_tidings
+from tidings.server.allocator import give_back_periodically
 
 from .conftest import NO_STREAMING
 from .rawnats import CONNECT_PLAIN, RawConn
@@ -44,3 +47,49 @@ def test_large_messages_do_not_fault_in_fresh_pages() -> None:
         server.stop()
     # Fresh buffers for each message were ~430 faults a message (its 225 pages, twice).
     assert faults < count * 10, f"{faults} page faults for {count} messages of {size} bytes"
+
+
+GIVE_BACK = """
+import os
+from tidings.server.allocator import keep_freed_memory
+
+def rss_mib():
+    with open(f"/proc/{os.getpid()}/status") as f:
+        return next(int(x.split()[1]) // 1024 for x in f if x.startswith("VmRSS"))
+
+give_back = keep_freed_memory()
+assert give_back is not None
+kept, freed = [], []
+for i in range(80_000):  # ~80 MiB, with small survivors among it (a fragmented heap)
+    freed.append(b"x" * 1000 + bytes([i % 256]))
+    if i % 50 == 0:
+        kept.append(b"k" * 200)
+del freed
+before = rss_mib()
+give_back()
+print(before, rss_mib())
+"""
+
+
+def test_what_a_burst_left_free_is_given_back() -> None:
+    out = subprocess.run([sys.executable, "-c", GIVE_BACK], capture_output=True, text=True,
+                         timeout=60, check=True)
+    before, after = map(int, out.stdout.split())
+    assert before - after > 40, (before, after)  # MiB
+
+
+async def test_give_back_runs_every_interval() -> None:
+    calls = 0
+    enough = asyncio.Event()
+
+    def give_back() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            enough.set()
+
+    task = asyncio.ensure_future(give_back_periodically(give_back, every=0.01))
+    try:
+        await asyncio.wait_for(enough.wait(), 5)
+    finally:
+        task.cancel()
