@@ -121,6 +121,8 @@ class _StreamingPublisher:
             self.refused.append(err)
 
     def _check_refused(self) -> None:
+        if not self.refused:
+            return
         err = self.refused[0]
         if str(err) == ERR_PUB_ACK_TIMEOUT:
             raise StanError(f"no PubAck from {', '.join(self.copts.servers)} within "
@@ -157,8 +159,7 @@ class _StreamingPublisher:
         prefix, counter, unacked, on_ack = self.prefix, self.counter, self.unacked, self._on_ack
         i, n = 0, len(subjects)
         while i < n:
-            if self.refused:
-                self._check_refused()
+            self._check_refused()
             sc = self.sc
             if sc is None or sc.closed:
                 await self.open()  # publishes what was sent and not acknowledged
@@ -181,8 +182,7 @@ class _StreamingPublisher:
         while True:
             sc = self.sc if self.sc is not None and not self.sc.closed else await self.open()
             await sc.wait_pub_acks()
-            if self.refused:
-                self._check_refused()
+            self._check_refused()
             if not self.unacked:
                 return
             if not sc.closed:
