@@ -51,11 +51,11 @@ def test_large_messages_do_not_fault_in_fresh_pages() -> None:
 
 GIVE_BACK = """
 import os
+from tidings.bench.procstat import memory_kib
 from tidings.server.allocator import keep_freed_memory
 
 def rss_mib():
-    with open(f"/proc/{os.getpid()}/status") as f:
-        return next(int(x.split()[1]) // 1024 for x in f if x.startswith("VmRSS"))
+    return memory_kib(os.getpid())["VmRSS"] // 1024
 
 give_back = keep_freed_memory()
 assert give_back is not None
