@@ -149,6 +149,7 @@ class Client:
         retain_servers_order: bool | None = None,
         event_cb: EventCallback | None = None,
         skip_subject_validation: bool = False,
+        dialer: Callable[[asyncio.Protocol], asyncio.Transport] | None = None,
     ) -> None:
         """Connect to the first server of the pool that answers; see docs/client.md."""
         if self._status != CLOSED and self._conn is not None:
@@ -192,6 +193,9 @@ class Client:
             "ws_connection_headers": ws_connection_headers,
             "reconnect_delay": reconnect_delay or default_reconnect_delay,
             "skip_subject_validation": skip_subject_validation,
+            # In-process: instead of a socket, `dialer(protocol)` joins us to a server of
+            # this process (Server.dial_internal) and returns our end of the pipe.
+            "dialer": dialer,
         }
         self._credentials = Credentials.build(
             user=user, password=password, token=token, nkeys_seed=nkeys_seed,
@@ -211,7 +215,7 @@ class Client:
         self._closed_fut = self._loop.create_future()
         self._events = EventDispatcher(callbacks, event_cb)
 
-        if self._pool.unresolved:
+        if self._pool.unresolved and dialer is None:
             await self._pool.resolve(connect_timeout)
         last: BaseException | None = None
         for srv in list(self._pool.servers):
@@ -252,7 +256,10 @@ class Client:
         conn = Connection(self)
         self._handshaking = conn
         try:
-            if uri.scheme in WS_SCHEMES:
+            if opts["dialer"] is not None:
+                opts["dialer"](conn)
+                info = await conn.wait_info(timeout)
+            elif uri.scheme in WS_SCHEMES:
                 ws_url = uri._replace(netloc=f"{host}:{port}" if ":" not in host
                                       else f"[{host}]:{port}").geturl()
                 ws_tls = tls if uri.scheme == "wss" else None

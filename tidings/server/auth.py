@@ -288,10 +288,9 @@ class Authenticator:
     """The server's users and how a CONNECT is checked against them (see the module
     docstring). Rebuilt from the options on reload."""
 
-    def __init__(self, options: ServerOptions, internal_token: str = "") -> None:
+    def __init__(self, options: ServerOptions) -> None:
         auth = options.auth
         self.options = options
-        self.internal_token = internal_token
         default = auth.default_permissions
         self.users: dict[str, tuple[User, Login]] = {}
         self.nkeys: dict[str, tuple[User, Login]] = {}
@@ -314,6 +313,8 @@ class Authenticator:
         return (login.nkey in self.nkeys) if login.nkey else (login.user in self.users)
 
     def required_for(self, conn: ClientConnection) -> bool:
+        if conn.internal:
+            return False  # the process's own client (Server.dial_internal)
         return self.required or (conn.websocket and self.ws_override)
 
     def check(self, conn: ClientConnection, connect: dict[str, Any]) -> Verdict:
@@ -321,8 +322,6 @@ class Authenticator:
         or None (refused)."""
         if not self.required_for(conn):
             return ANONYMOUS
-        if self.internal_token and same(connect.get("auth_token"), self.internal_token):
-            return ANONYMOUS  # the embedded streaming server's own connection
         opts, ws = self.options, conn.websocket and self.ws_override
         wso = opts.websocket
         if ws and wso is not None:

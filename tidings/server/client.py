@@ -121,7 +121,7 @@ class ClientConnection(Connection):
     __slots__ = (
         "verbose", "pedantic", "no_responders", "protocol", "lang", "version", "credentials",
         "first_pong_sent", "websocket", "tls_identities", "nonce", "login", "rights",
-        "replies",
+        "replies", "internal",
     )
 
     def __init__(self, server: Server) -> None:
@@ -149,12 +149,15 @@ class ClientConnection(Connection):
         self.login: Login = ANONYMOUS  # who CONNECT said we are (auth.py)
         self.rights: Rights | None = None  # what we may do; None: anything
         self.replies: Replies | None = None  # allow_responses: the replies we may send
+        # An in-process client of this server (Server.dial_internal): the process's own
+        # identity, which no authentication, permission or TLS requirement applies to.
+        self.internal = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.accepted(transport)
         server = self.server
         opts = server.options
-        secure = server.tls_context is not None and not self.websocket
+        secure = server.tls_context is not None and not self.websocket and not self.internal
         if secure:
             # From the TLS listener, the handshake over: INFO went before (tls_session.py).
             from .tls_session import tls_established

@@ -16,6 +16,7 @@ from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from ..pipe import open_pipe
 from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
 from ..signals import SERVER_SIGNALS, trap_unsupported_signals
 from ..turns import LoopTurns
@@ -56,8 +57,7 @@ class Server:
         self.name = self.options.name or self.server_id
         self.sublist = Sublist()
         self.clients: dict[int, ClientConnection] = {}
-        self.internal: set[int] = set()  # cids of in-process clients (embedded streaming)
-        self.internal_expected = 0  # in-process clients still connecting
+        self.internal: set[int] = set()  # cids of in-process clients (dial_internal)
         self.dirty: list[Connection] = []
         self.reader: Connection | None = None  # whose bytes are being parsed now
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
@@ -88,14 +88,13 @@ class Server:
         self._listener: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.TimerHandle | None = None
         self._stopped = asyncio.Event()
+        self._stopping = False  # shutdown has begun: no new in-process clients
         self._info: dict[str, Any] = {}
         self._all_gone: asyncio.Event | None = None  # set when shutdown has closed everyone
         # Clients with allow_responses connected now: only then are requests' reply
         # subjects noted for them (see route), so that others pay nothing.
         self.responders = 0
-        # The embedded streaming server's credentials, whatever users are configured.
-        self.internal_token = secrets.token_urlsafe(24)
-        self.auth = Authenticator(self.options, self.internal_token)
+        self.auth = Authenticator(self.options)
         self.bcrypt = Bcrypt()
 
     # -- lifecycle -----------------------------------------------------------
@@ -169,7 +168,7 @@ class Server:
 
     def set_auth(self) -> None:
         """Build the users and permissions from the options again (on reload)."""
-        self.auth = Authenticator(self.options, self.internal_token)
+        self.auth = Authenticator(self.options)
 
     def build_info(self) -> None:
         """The INFO fields every client gets, from the options (again after a reload)."""
@@ -202,6 +201,7 @@ class Server:
         Waits until the sockets have taken the pending bytes (at most `drain_timeout`,
         default the write deadline, else 10 s); what is still stuck then is dropped."""
         log.info("Initiating Shutdown...")
+        self._stopping = True
         if self._listener is not None:
             self._listener.close()
         if self.ws_listener is not None:
@@ -351,15 +351,18 @@ class Server:
         info = dict(self._info)
         if client.websocket and "auth_required" not in info and self.auth.required_for(client):
             info = _with_auth_required(info)
+        if client.internal:  # nothing is required of the process's own client
+            for key in ("auth_required", "tls_required", "tls_verify"):
+                info.pop(key, None)
         info["client_id"] = client.cid
         info["client_ip"] = client.host
-        if self.auth.nonce_required:
+        if self.auth.nonce_required and not client.internal:
             if not client.nonce:
                 client.nonce = new_nonce()
             info["nonce"] = client.nonce
         if self.cluster is not None:
             info["cluster"] = self.cluster.name
-            if self.connect_urls:
+            if self.connect_urls and not client.internal:
                 info["connect_urls"] = self.connect_urls
         if client.websocket and self.ws_listener is not None:
             self.ws_listener.adjust_info(info)
@@ -371,26 +374,30 @@ class Server:
 
     def full(self) -> bool:
         """Whether max_connections clients are connected already."""
-        limit = self.options.max_connections + self.internal_expected
-        return len(self.clients) - len(self.internal) >= limit
+        return len(self.clients) - len(self.internal) >= self.options.max_connections
 
     def register(self, client: ClientConnection) -> bool:
-        if self.full():
+        if client.internal:
+            self.internal.add(client.cid)
+        elif self.full():
             client.close_with_error(MAX_CONNECTIONS_EXCEEDED, "max connections")
             return False
+        else:
+            self.total_connections += 1
         self.clients[client.cid] = client
-        self.total_connections += 1
         return True
 
-    def expect_internal(self) -> None:
-        """An in-process client is about to connect: keep a slot for it."""
-        self.internal_expected += 1
-
-    def mark_internal(self, cid: int | None) -> None:
-        """Exempt an in-process client (embedded streaming) from max_connections."""
-        self.internal_expected = max(0, self.internal_expected - 1)
-        if cid is not None and cid in self.clients:
-            self.internal.add(cid)
+    def dial_internal(self, protocol: asyncio.Protocol) -> asyncio.Transport:
+        """Connect an in-process client (the embedded streaming server) to this server
+        through a pipe: no socket, no TLS, no authentication, no permissions, not one of
+        the clients' max_connections. Its identity is the process's own, so whatever a
+        configuration demands of clients does not apply to it. Returns the client's end."""
+        if self._stopping or self.loop is None:
+            raise ConnectionRefusedError("tidings: the server is not running")
+        conn = self.client_kind(self)
+        conn.internal = True
+        near, _ = open_pipe(self.loop, protocol, conn)
+        return near
 
     def retire(self, conn: Connection) -> None:
         """Keep a closing connection's message counts in the server's totals."""

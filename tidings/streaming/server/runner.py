@@ -142,27 +142,15 @@ async def start_embedded(core: Any, opts: StreamingOptions) -> RunningStreaming:
     """
     if opts.ft_group:
         raise ValueError("ft: --ft_group is supported by `tidings streaming --nats URL` only")
-    host = core.options.host
-    if host in ("", "0.0.0.0", "::"):
-        host = "127.0.0.1"
-    connect_opts: dict[str, Any] = {}
     copts = core.options
-    if copts.auth_required:
-        # The core's own credentials for in-process clients, whatever users it has.
-        connect_opts["token"] = core.internal_token
     # With the core's monitor on, it serves the streaming endpoints too, on its port.
     serve_on_core = core.monitor is not None and opts.http_port in (0, copts.http_port)
     if serve_on_core:
         opts.http_port = 0
-    # Our own connection does not take one of the clients' max_connections slots.
-    core.expect_internal()
-    try:
-        running = await start_streaming(opts, f"nats://{host}:{core.port}",
-                                        monitor_required=False, **connect_opts)
-    except BaseException:
-        core.mark_internal(None)
-        raise
-    core.mark_internal(running.server.conn.nc.client_id)
+    # Joined to the core in memory (Server.dial_internal): no socket, and none of what the
+    # core requires of clients (TLS, certificates, users, permissions) applies to it.
+    running = await start_streaming(opts, f"nats://in-process:{core.port}",
+                                    monitor_required=False, dialer=core.dial_internal)
     if serve_on_core:
         from .monitor import routes
 

@@ -1,0 +1,168 @@
+"""The embedded streaming server under everything the core can require of clients.
+
+`tidings server` is started as a user starts it (streaming on, its defaults), with one
+requirement of the core at a time: TLS (from the file and from the flags), client
+certificates, verify_and_map, users with permissions, NKeys, a token, a short auth timeout,
+max_connections. The embedded streaming server must start and serve under each without the
+user configuring anything for it (it is joined to the core in memory: Server.dial_internal),
+and a streaming client that meets the requirement publishes and receives through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nkeys
+import pytest
+import trustme
+
+from tests.servers import free_port, stop_process
+from tidings.streaming.client import connect as stan_connect
+
+pytestmark = pytest.mark.timeout(90)
+
+READY = "Streaming server ready"
+
+
+@dataclass
+class Certs:
+    ca: Path
+    server: Path
+    server_key: Path
+    client: Path
+    client_key: Path
+
+    def context(self, client_cert: bool = False) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.ca))
+        if client_cert:
+            ctx.load_cert_chain(str(self.client), str(self.client_key))
+        return ctx
+
+    def block(self, extra: str = "") -> str:
+        return (f'tls {{\n  cert_file: "{self.server}"\n  key_file: "{self.server_key}"\n'
+                f'  ca_file: "{self.ca}"\n{extra}}}\n')
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    d = tmp_path_factory.mktemp("certs")
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(d / "ca.pem")
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    server.cert_chain_pems[0].write_to_path(d / "server.pem")
+    server.private_key_pem.write_to_path(d / "server-key.pem")
+    client = ca.issue_cert("alice@example.com", common_name="alice")
+    client.cert_chain_pems[0].write_to_path(d / "client.pem")
+    client.private_key_pem.write_to_path(d / "client-key.pem")
+    return Certs(d / "ca.pem", d / "server.pem", d / "server-key.pem", d / "client.pem",
+                 d / "client-key.pem")
+
+
+@dataclass
+class Case:
+    conf: str  # the configuration file ("" for none)
+    flags: list[str]
+    client: dict[str, Any]  # how a client meets the requirement (nats connect options)
+
+
+def _nkey_user() -> tuple[str, str]:
+    kp = nkeys.from_seed(nkeys.encode_seed(b"\x11" * 32, nkeys.PREFIX_BYTE_USER))
+    return kp.public_key.decode(), kp.seed.decode()
+
+
+def case(name: str, certs: Certs) -> Case:
+    tls = {"tls": certs.context()}
+    mtls = {"tls": certs.context(client_cert=True)}
+    narrow = ('default_permissions { publish: "app.>", subscribe: "app.>" }\n'
+              '  users: [ {user: admin, password: pw, permissions: '
+              '{publish: ">", subscribe: ">"}} ]')
+    public, seed = _nkey_user()
+    return {
+        "tls": Case(certs.block(), [], tls),
+        "tls_verify": Case(certs.block("  verify: true\n"), [], mtls),
+        "tls_verify_and_map": Case(
+            certs.block("  verify_and_map: true\n")
+            + 'authorization { users: [ {user: "alice@example.com"} ] }\n', [], mtls),
+        "tls_flags": Case("", ["--tls", "--tlscert", str(certs.server), "--tlskey",
+                               str(certs.server_key)], tls),
+        "users_with_permissions": Case(f"authorization {{\n  {narrow}\n}}\n", [],
+                                       {"user": "admin", "password": "pw"}),
+        "nkeys": Case(f'authorization {{ users: [ {{nkey: "{public}"}} ] }}\n', [],
+                      {"nkeys_seed_str": seed}),
+        "token": Case("authorization { token: s3cret }\n", [], {"token": "s3cret"}),
+        "auth_timeout": Case("authorization { user: a, password: b, timeout: 0.2 }\n", [],
+                             {"user": "a", "password": "b"}),
+        "max_connections": Case("max_connections: 1\n", [], {}),
+    }[name]
+
+
+@pytest.fixture
+def server(request: pytest.FixtureRequest, certs: Certs, tmp_path: Path) -> Iterator[Any]:
+    c = case(request.param, certs)
+    port = free_port()
+    cmd = [sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1", "-p", str(port),
+           *c.flags]
+    if c.conf:
+        conf = tmp_path / "server.conf"
+        conf.write_text(c.conf)
+        cmd += ["-c", str(conf)]
+    log = tmp_path / "server.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        _wait_for_line(log, READY, proc)
+        yield port, c.client, proc, log
+    finally:
+        stop_process(proc)
+
+
+def _wait_for_line(log: Path, line: str, proc: subprocess.Popen[bytes]) -> None:
+    """Until the server logs `line` (the embedded streaming server's start is logged there,
+    not announced on any port); fails with the log if the server exits first."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace")
+        if line in text:
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"server exited with {proc.returncode}:\n{text[-3000:]}")
+        time.sleep(0.05)
+    pytest.fail(f"no {line!r} in the log:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+CASES = ["tls", "tls_verify", "tls_verify_and_map", "tls_flags", "users_with_permissions",
+         "nkeys", "token", "auth_timeout", "max_connections"]
+
+
+@pytest.mark.parametrize("server", CASES, indirect=True)
+async def test_embedded_streaming_serves_under_the_requirement(server: Any) -> None:
+    port, client_opts, proc, log = server
+    scheme = "tls" if "tls" in client_opts else "nats"
+    sc = await stan_connect("test-cluster", "req-client", url=f"{scheme}://127.0.0.1:{port}",
+                            connect_timeout=10, **client_opts)
+    try:
+        for i in range(3):
+            await sc.publish("app.orders", b"order %d" % i)
+        got: list[bytes] = []
+        done = asyncio.Event()
+
+        async def on_msg(msg: Any) -> None:
+            got.append(msg.data)
+            if len(got) == 3:
+                done.set()
+
+        await sc.subscribe("app.orders", cb=on_msg, deliver_all_available=True)
+        await asyncio.wait_for(done.wait(), 10)
+        assert got == [b"order 0", b"order 1", b"order 2"]
+    finally:
+        await sc.close()
+    assert proc.poll() is None
+    assert "error" not in log.read_text().lower()
