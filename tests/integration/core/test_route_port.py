@@ -86,7 +86,11 @@ def test_bad_route_input_is_refused_and_closed(node: Node, sent: bytes, answer: 
 @pytest.mark.parametrize("connect", [
     b'CONNECT {"cluster":"X","user":"ruser","pass":"wrong"}\r\n',
     b'CONNECT {"cluster":"X"}\r\n',
-], ids=["wrong-password", "no-credentials"])
+    # The seed's order (its INFO first) with the right credentials: with route authorization
+    # the reference takes nothing but CONNECT first, and so does tidings (without it, tidings
+    # takes the seed's order where the reference does not: test_seed_route_peer.py).
+    PEER_INFO + b'CONNECT {"cluster":"X","user":"ruser","pass":"rpass","name":"NPEER"}\r\n',
+], ids=["wrong-password", "no-credentials", "info-before-connect"])
 def test_route_credentials_are_checked(guarded: Node, connect: bytes) -> None:
     with RawConn(guarded.route_port) as peer:
         assert peer.info.get("auth_required") is True
