@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..protocol.errors import AUTHORIZATION_VIOLATION, STALE_CONNECTION, ProtocolError
 from ..protocol.parser import ClientOpParser, decode_json
 from ..protocol.subjects import is_valid_subscription
+from ..redact import redact_url
 from ..server.connection import Connection, Frame, msg_frame
 from ..server.sublist import EMPTY_RESULT, Subscription
 
@@ -143,7 +144,7 @@ class RouteConnection(Connection):
             self.done.set_result(None)
 
     def describe(self) -> str:
-        return f"route cid={self.cid} {self.remote_name or self.remote_id or self.url}"
+        return f"route cid={self.cid} {self.remote_name or self.remote_id or redact_url(self.url)}"
 
     # -- handshake -------------------------------------------------------------
     def on_connect(self, arg: bytes) -> None:
