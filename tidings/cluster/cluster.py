@@ -14,7 +14,7 @@ import socket
 import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from ..redact import redact_url
 from ..server.connection import Connection, Frame
@@ -56,12 +56,20 @@ class RouteURL:
         self.redacted = shown
         self.host = parts.hostname
         self.port = port
-        self.user = parts.username or ""
-        self.password = parts.password or ""
+        # Percent-decoded, as Go's url.Parse gives them (credentials() encodes them).
+        self.user = unquote(parts.username or "")
+        self.password = unquote(parts.password or "")
 
     @property
     def hostport(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @staticmethod
+    def with_credentials(user: str, password: str, hostport: str) -> str:
+        """nats://user:password@hostport, any character of either percent-encoded."""
+        if not user:
+            return f"nats://{hostport}"
+        return f"nats://{quote(user, safe='')}:{quote(password, safe='')}@{hostport}"
 
 
 class Cluster:
@@ -232,7 +240,8 @@ class Cluster:
         ):
             return
         if info.get("auth_required") and self.listen.user:
-            url = RouteURL(f"nats://{self.listen.user}:{self.listen.password}@{url.hostport}")
+            url = RouteURL(RouteURL.with_credentials(
+                self.listen.user, self.listen.password, url.hostport))
         self._spawn(self._keep_route(url, implicit=True))
 
     # -- handshake -------------------------------------------------------------
