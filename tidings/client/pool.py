@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from urllib.parse import ParseResult, urlparse
 
+from ..redact import redact_url
+
 DEFAULT_PORT = 4222
 _DEFAULT_PORTS = {"nats": DEFAULT_PORT, "tls": DEFAULT_PORT, "ws": 80, "wss": 443}
 _BACKOFF_MS = (0, 0, 2, 8, 32, 128, 512, 2048)
@@ -43,9 +45,9 @@ def parse_url(url: str) -> ParseResult:
         url = "nats://" + url
     uri = urlparse(url)
     if uri.scheme not in _DEFAULT_PORTS:
-        raise ValueError(f"unsupported URL scheme {uri.scheme!r} in {url!r}")
+        raise ValueError(f"unsupported URL scheme {uri.scheme!r} in {redact_url(url)!r}")
     if not uri.hostname:
-        raise ValueError(f"no host in {url!r}")
+        raise ValueError(f"no host in {redact_url(url)!r}")
     if uri.port is None:
         netloc = uri.netloc
         host = netloc.rsplit("@", 1)[-1]

@@ -14,8 +14,9 @@ import socket
 import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
+from ..redact import redact_url
 from ..server.connection import Connection, Frame
 from ..server.sublist import RemoteInterest, Subscription
 from .route import NATS, SEED, RouteConnection, encode_json
@@ -37,23 +38,38 @@ ROUTE_PROTO = 2
 
 
 class RouteURL:
-    """A route URL: nats://[user:pass@]host:port (nats-route:// too)."""
+    """A route URL: nats://[user:pass@]host:port (nats-route:// too). `text` holds its
+    credentials: anything shown (logs, errors, monitoring) shows `redacted` or `hostport`."""
 
     def __init__(self, text: str) -> None:
-        parts = urlsplit(text if "://" in text else "nats://" + text)
+        shown = redact_url(text)
+        try:
+            parts = urlsplit(text if "://" in text else "nats://" + text)
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"route URL {shown!r}: not a URL with a host and port") from None
         if parts.scheme not in ("nats", "nats-route", "route"):
-            raise ValueError(f"route URL {text!r}: unknown scheme {parts.scheme!r}")
-        if not parts.hostname or parts.port is None:
-            raise ValueError(f"route URL {text!r}: host and port required")
+            raise ValueError(f"route URL {shown!r}: unknown scheme {parts.scheme!r}")
+        if not parts.hostname or port is None:
+            raise ValueError(f"route URL {shown!r}: host and port required")
         self.text = text
+        self.redacted = shown
         self.host = parts.hostname
-        self.port = parts.port
-        self.user = parts.username or ""
-        self.password = parts.password or ""
+        self.port = port
+        # Percent-decoded, as Go's url.Parse gives them (credentials() encodes them).
+        self.user = unquote(parts.username or "")
+        self.password = unquote(parts.password or "")
 
     @property
     def hostport(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @staticmethod
+    def with_credentials(user: str, password: str, hostport: str) -> str:
+        """nats://user:password@hostport, any character of either percent-encoded."""
+        if not user:
+            return f"nats://{hostport}"
+        return f"nats://{quote(user, safe='')}:{quote(password, safe='')}@{hostport}"
 
 
 class Cluster:
@@ -178,7 +194,7 @@ class Cluster:
                     log_failure(exc, url.hostport, "route")
                 except (OSError, asyncio.TimeoutError) as exc:
                     failures += 1
-                    log.debug("Error trying to connect to route %s: %s", url.text, exc)
+                    log.debug("Error trying to connect to route %s: %s", url.redacted, exc)
                 else:
                     await route.done
                     if route.to_self or self._stopping:
@@ -217,14 +233,15 @@ class Cluster:
             else:
                 url = RouteURL(f"nats://{info.get('host')}:{info.get('port')}")
         except ValueError:
-            log.debug("gossip with an unusable route address: %r", ip)
+            log.debug("gossip with an unusable route address: %r", redact_url(str(ip)))
             return
         if url.hostport in self._soliciting or any(
             s.port == url.port and s.host == url.host for s in self.seeds
         ):
             return
         if info.get("auth_required") and self.listen.user:
-            url = RouteURL(f"nats://{self.listen.user}:{self.listen.password}@{url.hostport}")
+            url = RouteURL(RouteURL.with_credentials(
+                self.listen.user, self.listen.password, url.hostport))
         self._spawn(self._keep_route(url, implicit=True))
 
     # -- handshake -------------------------------------------------------------

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..protocol.errors import AUTHORIZATION_VIOLATION, STALE_CONNECTION, ProtocolError
 from ..protocol.parser import ClientOpParser, decode_json
 from ..protocol.subjects import is_valid_subscription
+from ..redact import redact_url
 from ..server.connection import Connection, Frame, msg_frame
 from ..server.sublist import EMPTY_RESULT, Subscription
 
@@ -51,7 +52,7 @@ class RouteConnection(Connection):
 
     __slots__ = (
         "cluster", "url", "dialect", "remote_id", "remote_name", "info", "registered",
-        "done", "duplicate", "to_self", "implicit", "slow",
+        "done", "duplicate", "to_self", "implicit", "slow", "held_info",
     )
 
     def __init__(self, cluster: Cluster, url: str = "", implicit: bool = False) -> None:
@@ -72,6 +73,7 @@ class RouteConnection(Connection):
         self.remote_id = ""
         self.remote_name = ""
         self.info: dict[str, Any] = {}  # the peer's first INFO
+        self.held_info: dict[str, Any] | None = None  # an INFO that came before CONNECT
         self.registered = False
         self.duplicate = False  # closed because another route to the same server won
         self.to_self = False
@@ -86,12 +88,16 @@ class RouteConnection(Connection):
         if self.url:
             self.queue(cluster.connect_line(self.url))
         else:
-            # An accepted route must start with CONNECT, as the reference's.
+            # An accepted route starts with CONNECT, as the reference's; without route
+            # authorization its INFO may come first, as the seed's connecting server sends it
+            # (taken in once CONNECT has come: on_info).
             self.parser.awaiting_connect = True
             if cluster.auth_required:
                 self.auth_timer = self.server.loop.call_later(
                     cluster.auth_timeout, self._auth_expired
                 )
+            else:
+                self.parser.before_connect = b"CcIi"
         self.queue(cluster.info_line())
         self.server.flush()
         # No PING before the INFO exchange (as the reference), but a route that never gets
@@ -138,7 +144,7 @@ class RouteConnection(Connection):
             self.done.set_result(None)
 
     def describe(self) -> str:
-        return f"route cid={self.cid} {self.remote_name or self.remote_id or self.url}"
+        return f"route cid={self.cid} {self.remote_name or self.remote_id or redact_url(self.url)}"
 
     # -- handshake -------------------------------------------------------------
     def on_connect(self, arg: bytes) -> None:
@@ -165,6 +171,9 @@ class RouteConnection(Connection):
         if isinstance(name, str) and not self.remote_id:
             self.remote_id = name
         self.headers = bool(connect.get("headers"))
+        if self.held_info is not None:
+            info, self.held_info = self.held_info, None
+            self.on_info(info)
 
     def on_info(self, info: dict[str, Any]) -> None:
         server_id = info.get("server_id")
@@ -175,6 +184,12 @@ class RouteConnection(Connection):
                 self.cluster.discovered(info)  # gossip about another server
             else:
                 self.cluster.remote_changed(self, info)
+            return
+        if not self.connected and not self.url:
+            # The seed's order: an accepted route's INFO before its CONNECT. Nothing in it
+            # is acted on (registration, its gossip) until CONNECT has been taken.
+            if self.held_info is None:
+                self.held_info = info
             return
         if self.info:
             return  # a second INFO before registration: nothing new to learn

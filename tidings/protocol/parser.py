@@ -271,6 +271,8 @@ class ClientOpParser(_Framer):
         self.headers = False  # set once CONNECT says the client supports headers
         self.pedantic = False
         self.awaiting_connect = False  # when auth is required, the first op must be CONNECT
+        # ... or one of these (first letters of the operations taken before CONNECT).
+        self.before_connect = b"Cc"
         # Set by the handler in on_connect while it decides (a password check in a thread):
         # what follows CONNECT is held, unparsed, until it is cleared and feed() called again.
         self.paused = False
@@ -426,7 +428,7 @@ class ClientOpParser(_Framer):
 
     def _hold_partial(self, buf: bytes, pos: int, n: int) -> None:
         """Keep an incomplete control line, refusing it early the way the reference does."""
-        if self.awaiting_connect and buf[pos] not in b"Cc":
+        if self.awaiting_connect and buf[pos] not in self.before_connect:
             raise ProtocolError(AUTHORIZATION_VIOLATION)
         op = _classify(self._ops, buf, pos, n)
         if op == _BAD:
@@ -443,7 +445,7 @@ class ClientOpParser(_Framer):
     def _slow_op(self, buf: bytes, pos: int, n: int) -> int:
         """Parse one operation in full generality. Returns the next position, or -1 when
         the rest of buf has been stored to wait for more bytes."""
-        if self.awaiting_connect and buf[pos] not in b"Cc":
+        if self.awaiting_connect and buf[pos] not in self.before_connect:
             raise ProtocolError(AUTHORIZATION_VIOLATION)
         eol = buf.find(b"\n", pos)
         if eol < 0:

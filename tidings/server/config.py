@@ -201,8 +201,9 @@ def _cluster(changes: dict[str, Any], value: Any) -> None:
             raise _nested(value, key, f'unknown field "{key}"')
     if port is None:
         raise ValueError("a listen address or port is required")
-    credentials = f"{user}:{password}@" if user else ""
-    changes["cluster"] = f"nats://{credentials}{host}:{port}"
+    from ..cluster.cluster import RouteURL
+
+    changes["cluster"] = RouteURL.with_credentials(user, password, f"{host}:{port}")
 
 
 _KEYS: dict[str, Handler] = {

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from ..monitoring import json_response, offset_limit, rfc3339, subs_option, uptime
+from ..redact import url_host
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -119,7 +120,8 @@ class Monitor:
         if s.cluster is not None:
             cluster = {"name": s.cluster.name, "addr": s.cluster.listen.host,
                        "cluster_port": s.cluster.port, "auth_timeout": o.auth_timeout,
-                       "urls": [u for u in o.routes],
+                       # As the reference: host:port only (never a route's credentials).
+                       **({"urls": [url_host(u) for u in o.routes]} if o.routes else {}),
                        "tls_timeout": o.cluster_tls.timeout if o.cluster_tls else 2}
         varz = {
             "server_id": s.server_id, "server_name": s.name, "version": info["version"],

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocol.errors import AUTHORIZATION_VIOLATION
 from ..protocol.subjects import has_wildcard
+from ..redact import redact_url
 from . import flow
 from .auth import Login, PasswordCheck
 
@@ -36,7 +37,8 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
     for name in changed:
         if name in FIXED:
             raise ValueError(f"config reload not supported for {FIXED[name]}: "
-                             f"old={getattr(old, name)}, new={getattr(new, name)}")
+                             f"old={_shown_value(name, getattr(old, name))}, "
+                             f"new={_shown_value(name, getattr(new, name))}")
         if name.startswith("cluster") or name in ("routes", "no_advertise"):
             raise ValueError(f"config reload not supported for cluster {name}")
     if "tls" in changed and (old.tls is None) != (new.tls is None):
@@ -84,7 +86,17 @@ def _shown(name: str, value: Any) -> str:
         return f"{name} = <hidden>"
     if name == "websocket":
         return "websocket"
-    return f"{name} = {value}"
+    return f"{name} = {_shown_value(name, value)}"
+
+
+def _shown_value(name: str, value: Any) -> Any:
+    """A field's value for a log line: URLs (the cluster's, the routes') without their
+    credentials."""
+    if name == "cluster":
+        return redact_url(str(value))
+    if name == "routes":
+        return [redact_url(str(u)) for u in value]
+    return value
 
 
 def _check_websocket(old: ServerOptions, new: ServerOptions) -> None:

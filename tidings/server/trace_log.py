@@ -6,19 +6,17 @@ A traced server pays for it; an untraced one runs the plain ClientConnection."""
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..logs import TRACE
+from ..redact import redact_connect
 from .client import ClientConnection
 
 if TYPE_CHECKING:
     from .server import Server
 
 log = logging.getLogger("tidings.server")
-# Secrets in a traced CONNECT are replaced, as the reference does.
-_SECRET = re.compile(r'("(?:pass|auth_token|sig|jwt)"\s*:\s*)"(?:[^"\\]|\\.)*"', re.IGNORECASE)
 
 
 class TracedClientConnection(ClientConnection):
@@ -38,8 +36,8 @@ class TracedClientConnection(ClientConnection):
                     payload.decode("utf-8", "replace"))
 
     def on_connect(self, arg: bytes) -> None:
-        text = _SECRET.sub(r'\1"[REDACTED]"', arg.decode("utf-8", "replace"))
-        self._in("CONNECT " + text)
+        # Secrets in a traced CONNECT are replaced, as the reference does.
+        self._in("CONNECT " + redact_connect(arg.decode("utf-8", "replace")))
         super().on_connect(arg)
 
     def on_sub(self, subject: bytes, queue: bytes | None, sid: bytes) -> None:

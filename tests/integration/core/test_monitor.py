@@ -15,7 +15,13 @@ from typing import Any
 
 import pytest
 
-from tests.servers import _wait_ready, free_port, nats_server_binary
+from tests.servers import (
+    _wait_ready,
+    free_port,
+    nats_server_binary,
+    start_configured,
+    wait_listening,
+)
 
 from .rawnats import RawConn
 
@@ -159,6 +165,27 @@ def test_routez_lists_the_routes() -> None:
         for p in (a, b):
             p.terminate()
             p.wait(10)
+
+
+def test_varz_cluster_urls_are_host_and_port_only() -> None:
+    """/varz cluster.urls lists the configured routes as the reference does, `host:port`:
+    never the user and password of a route URL."""
+    dead, other = free_port(), free_port()  # nothing listens there: only configured
+    clusters = {}
+    for kind in ("tidings", "reference"):
+        http, route = free_port(), free_port()
+        conf = (f"cluster {{\n  listen: 127.0.0.1:{route}\n  name: C\n  routes: ["
+                f'"nats://ruser:routepw-SECRET@127.0.0.1:{dead}", "nats://127.0.0.1:{other}"'
+                "]\n}\n")
+        server = start_configured(kind, conf, extra_args=["-m", str(http)])
+        try:
+            wait_listening(http, server.proc)
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}/varz", timeout=10) as r:
+                clusters[kind] = json.loads(r.read())["cluster"]
+        finally:
+            server.stop()
+    assert clusters["tidings"]["urls"] == clusters["reference"]["urls"] == [
+        f"127.0.0.1:{dead}", f"127.0.0.1:{other}"]
 
 
 def test_metrics_in_prometheus_format(servers: dict[str, Monitored]) -> None:

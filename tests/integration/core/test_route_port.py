@@ -4,13 +4,23 @@ reply. (What the reference does was read from its route.go/parser.go and observe
 
 from __future__ import annotations
 
+import contextlib
+import json
+import time
+import urllib.parse
 from collections.abc import Iterator
 
 import pytest
 
-from tests.servers import RunningServer, free_port, start_reference, start_tidings
+from tests.servers import (
+    RunningServer,
+    free_port,
+    start_configured,
+    start_reference,
+    start_tidings,
+)
 
-from .rawnats import CONNECT_PLAIN, RawConn
+from .rawnats import CONNECT_PLAIN, RawConn, Timeout
 
 ROUTE_CONNECT = b'CONNECT {"verbose":false,"pedantic":false,"name":"NPEER","cluster":"X"}\r\n'
 PEER_INFO = b'INFO {"server_id":"NPEER","version":"2.11.0","host":"127.0.0.1","port":1}\r\n'
@@ -86,7 +96,11 @@ def test_bad_route_input_is_refused_and_closed(node: Node, sent: bytes, answer: 
 @pytest.mark.parametrize("connect", [
     b'CONNECT {"cluster":"X","user":"ruser","pass":"wrong"}\r\n',
     b'CONNECT {"cluster":"X"}\r\n',
-], ids=["wrong-password", "no-credentials"])
+    # The seed's order (its INFO first) with the right credentials: with route authorization
+    # the reference takes nothing but CONNECT first, and so does tidings (without it, tidings
+    # takes the seed's order where the reference does not: test_seed_route_peer.py).
+    PEER_INFO + b'CONNECT {"cluster":"X","user":"ruser","pass":"rpass","name":"NPEER"}\r\n',
+], ids=["wrong-password", "no-credentials", "info-before-connect"])
 def test_route_credentials_are_checked(guarded: Node, connect: bytes) -> None:
     with RawConn(guarded.route_port) as peer:
         assert peer.info.get("auth_required") is True
@@ -111,3 +125,66 @@ def test_the_right_credentials_make_a_route(guarded: Node) -> None:
             client.send(b"PUB routed.ok 2\r\nhi\r\n")
             assert client.barrier() == b""
         assert peer.read_until(lambda b: b"RMSG $G routed.ok 2\r\nhi\r\n" in b)
+
+
+# Characters that mean something in a URL, in a cluster authorization password.
+ODD_PASSWORD = "p#ss/w@rd:%?"
+
+
+@pytest.mark.parametrize("kind", ["tidings", "reference"])
+def test_a_password_with_url_characters(kind: str) -> None:
+    """`cluster { authorization { password } }` with characters a URL gives meaning to: the
+    server starts and takes a route that presents it (and refuses one that does not)."""
+    route_port = free_port()
+    conf = (f"cluster {{\n  listen: 127.0.0.1:{route_port}\n  name: X\n"
+            f'  authorization {{ user: ruser, password: "{ODD_PASSWORD}" }}\n}}\n')
+    server = start_configured(kind, conf)
+    node = Node(server, route_port)
+    try:
+        with RawConn(route_port) as peer:
+            peer.send(b'CONNECT {"cluster":"X","user":"ruser","pass":"p#ss"}\r\n')
+            assert peer.read_to_eof(timeout=10) == b"-ERR 'Authorization Violation'\r\n"
+        connect = {"cluster": "X", "user": "ruser", "pass": ODD_PASSWORD, "name": "NPEER"}
+        with RawConn(route_port) as peer:
+            peer.send(b"CONNECT " + json.dumps(connect).encode() + b"\r\n"
+                      + PEER_INFO + b"RS+ $G routed.ok\r\n")
+            peer.barrier()
+            with RawConn(server.port) as client:
+                client.connect(CONNECT_PLAIN)
+                client.send(b"PUB routed.ok 2\r\nhi\r\n")
+                assert client.barrier() == b""
+            assert peer.read_until(lambda b: b"RMSG $G routed.ok 2\r\nhi\r\n" in b)
+        still_serving(node)
+    finally:
+        server.stop()
+
+
+def test_a_seed_route_url_with_an_encoded_password() -> None:
+    """A route URL's user and password are percent-decoded, as the reference reads them:
+    tidings reaches a reference server whose route password has URL characters in it."""
+    ref_route = free_port()
+    conf = (f"cluster {{\n  listen: 127.0.0.1:{ref_route}\n  name: X\n"
+            f'  authorization {{ user: ruser, password: "{ODD_PASSWORD}" }}\n}}\n')
+    reference = start_configured("reference", conf)
+    encoded = urllib.parse.quote(ODD_PASSWORD, safe="")
+    ours = start_tidings(extra_args=[
+        "--no_streaming", "--cluster", f"nats://127.0.0.1:{free_port()}", "--cluster_name",
+        "X", "--routes", f"nats://ruser:{encoded}@127.0.0.1:{ref_route}"])
+    try:
+        with RawConn(reference.port) as sub, RawConn(ours.port) as pub:
+            sub.connect(CONNECT_PLAIN)
+            pub.connect(CONNECT_PLAIN)
+            sub.send(b"SUB across 1\r\n")
+            sub.barrier()
+            # Probes until the route is up and carries sub's interest (as wait_interest).
+            deadline = time.monotonic() + 30
+            while b"probe" not in sub.buf:
+                assert time.monotonic() < deadline, "no route to the reference"
+                pub.send(b"PUB across 5\r\nprobe\r\n")
+                pub.barrier()
+                with contextlib.suppress(Timeout):
+                    sub.read_until(lambda b: b"probe" in b, timeout=0.1)
+            assert sub.buf.startswith(b"MSG across 1 5\r\nprobe\r\n")
+    finally:
+        ours.stop()
+        reference.stop()

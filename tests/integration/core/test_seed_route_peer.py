@@ -1,12 +1,19 @@
 """A route peer written from the seed's text (seeds/cluster-protocol.txt) drives tidings' route
 port with the seed's protocol: INFO and CONNECT, `SUB <subject> [queue] RSID|QRSID:<cid>:<sid>`,
 `UNSUB`, `MSG <subject> <rsid> [reply] <size>`, PUB and PING/PONG. (tidings only: the reference
-speaks the newer RS+/RMSG protocol, see test_route_port.py and the cluster tests.)"""
+speaks the newer RS+/RMSG protocol, see test_route_port.py and the cluster tests.)
+
+The peer joins in either handshake order: the seed's ("The connecting server also sends an
+INFO message" as soon as it has dialled, and its CONNECT once it has the accepting server's
+INFO) and the reference's (CONNECT, then INFO, after reading the server's INFO); on a route
+port with and without cluster authorization. With authorization an INFO before CONNECT is
+refused, as the reference refuses it (test_route_port.py compares the two servers)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
@@ -15,19 +22,58 @@ from tests.servers import RunningServer, free_port, start_tidings
 from .rawnats import CONNECT_PLAIN, RawConn
 
 # As the seed's examples: a CONNECT without verbose acknowledgements, an INFO of its own.
-SEED_CONNECT = (b'CONNECT {"verbose":false,"pedantic":false,"tls_required":false,'
-                b'"name":"KP19vTlB417XElnv8kKaC5"}\r\n')
+SEED_CONNECT = {"verbose": False, "pedantic": False, "tls_required": False,
+                "name": "KP19vTlB417XElnv8kKaC5"}
 SEED_INFO = (b'INFO {"server_id":"KP19vTlB417XElnv8kKaC5","version":"0.9.4","go":"",'
              b'"host":"127.0.0.1","port":5222,"auth_required":false,"tls_required":false,'
-             b'"tls_verify":false,"max_payload":1048576}\r\n')
+             b'"tls_verify":false,"max_payload":1048576,"connect_urls":["10.9.9.9:4222"]}\r\n')
+ROUTE_USER, ROUTE_PASS = "ruser", "s3cret"
 
 
-@pytest.fixture
-def server() -> Iterator[tuple[RunningServer, int]]:
+@dataclass
+class Seeded:
+    """A tidings server with a route port, and how the peer joins it."""
+
+    srv: RunningServer
+    route_port: int
+    order: str  # "seed": INFO first; "reference": CONNECT first
+    guarded: bool  # the route port wants credentials
+
+    def join(self) -> RawConn:
+        """Join as a route peer, in this handshake order, with credentials when needed."""
+        connect = dict(SEED_CONNECT)
+        if self.guarded:
+            connect.update(user=ROUTE_USER, **{"pass": ROUTE_PASS})
+        connect_line = b"CONNECT " + json.dumps(connect).encode() + b"\r\n"
+        if self.order == "seed":
+            peer = RawConn(self.route_port, read_info=False)
+            peer.send(SEED_INFO)  # as soon as it has dialled, before reading anything
+            peer.info_line = peer.read_line()
+            assert peer.info_line.startswith(b"INFO "), peer.info_line
+            peer.info = json.loads(peer.info_line[5:])
+            peer.send(connect_line)
+        else:
+            peer = RawConn(self.route_port)
+            peer.send(connect_line + SEED_INFO)
+        assert peer.info["server_id"] and peer.info["port"] == self.route_port
+        assert bool(peer.info.get("auth_required")) == self.guarded
+        return peer
+
+
+def start_seeded(guarded: bool) -> tuple[RunningServer, int]:
     route_port = free_port()
+    auth = f"{ROUTE_USER}:{ROUTE_PASS}@" if guarded else ""
     srv = start_tidings(extra_args=["--no_streaming", "--cluster",
-                                    f"nats://127.0.0.1:{route_port}"])
-    yield srv, route_port
+                                    f"nats://{auth}127.0.0.1:{route_port}"])
+    return srv, route_port
+
+
+@pytest.fixture(params=[("seed", False), ("reference", False), ("reference", True)],
+                ids=["seed-order", "reference-order", "reference-order-authorized"])
+def server(request: pytest.FixtureRequest) -> Iterator[Seeded]:
+    order, guarded = request.param
+    srv, route_port = start_seeded(guarded)
+    yield Seeded(srv, route_port, order, guarded)
     srv.stop()
 
 
@@ -37,22 +83,14 @@ def client(srv: RunningServer) -> RawConn:
     return c
 
 
-def join(route_port: int) -> RawConn:
-    peer = RawConn(route_port)
-    info = peer.info
-    assert info["server_id"] and info["port"] == route_port
-    peer.send(SEED_CONNECT + SEED_INFO)
-    return peer
-
-
-def test_interest_and_messages_both_ways(server: tuple[RunningServer, int]) -> None:
-    srv, route_port = server
+def test_interest_and_messages_both_ways(server: Seeded) -> None:
+    srv = server.srv
     alice = client(srv)
     cid = json.loads(alice.info_line[5:])["client_id"]
     alice.send(b"SUB local.foo 7\r\nSUB work g1 8\r\n")
     assert alice.barrier() == b""
 
-    peer = join(route_port)
+    peer = server.join()
     # The server announces its clients' existing subscriptions, each with its own sid.
     want = {b"SUB local.foo RSID:%d:7\r\n" % cid, b"SUB work g1 QRSID:%d:8\r\n" % cid}
     assert peer.read_until(lambda b: all(w in b for w in want))
@@ -89,9 +127,9 @@ def test_interest_and_messages_both_ways(server: tuple[RunningServer, int]) -> N
     alice.close()
 
 
-def test_new_and_gone_subscriptions_are_announced(server: tuple[RunningServer, int]) -> None:
-    srv, route_port = server
-    peer = join(route_port)
+def test_new_and_gone_subscriptions_are_announced(server: Seeded) -> None:
+    srv = server.srv
+    peer = server.join()
     assert peer.barrier() == b""
     bob = client(srv)
     cid = json.loads(bob.info_line[5:])["client_id"]
@@ -103,13 +141,13 @@ def test_new_and_gone_subscriptions_are_announced(server: tuple[RunningServer, i
     peer.expect(b"UNSUB QRSID:%d:2\r\n" % cid)
 
 
-def test_a_message_from_the_peer_is_never_sent_back(server: tuple[RunningServer, int]) -> None:
+def test_a_message_from_the_peer_is_never_sent_back(server: Seeded) -> None:
     """One hop: the peer's own interest in `echo` does not bring its message back."""
-    srv, route_port = server
+    srv = server.srv
     carol = client(srv)
     carol.send(b"SUB echo 1\r\n")
     carol.barrier()
-    peer = join(route_port)
+    peer = server.join()
     peer.send(b"SUB echo RSID:1:1\r\n")
     peer.barrier()
     peer.send(b"MSG echo RSID:1:1 2\r\nhi\r\n")
@@ -122,16 +160,43 @@ def test_a_message_from_the_peer_is_never_sent_back(server: tuple[RunningServer,
     assert b"\r\nhi\r\n" not in got
 
 
-def test_the_peers_publishes_with_headers(server: tuple[RunningServer, int]) -> None:
-    srv, route_port = server
+def test_the_peers_publishes_with_headers(server: Seeded) -> None:
+    srv = server.srv
     dave = RawConn(srv.port)
     dave.connect(b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n')
     dave.send(b"SUB h 1\r\n")
     dave.barrier()
-    peer = join(route_port)
+    peer = server.join()
     peer.barrier()
     hdr = b"NATS/1.0\r\nA: b\r\n\r\n"
     peer.send(b"HPUB h %d %d\r\n%shi\r\n" % (len(hdr), len(hdr) + 2, hdr))
     peer.barrier()
     want = b"HMSG h 1 %d %d\r\n%shi\r\n" % (len(hdr), len(hdr) + 2, hdr)
     assert dave.read_until(lambda b: want in b)
+
+
+def test_the_peers_client_urls_are_taken_once_it_has_connected(server: Seeded) -> None:
+    """What the peer's INFO tells (its connect_urls) is acted on once the route is made, in
+    either order."""
+    peer = server.join()
+    peer.barrier()  # CONNECT and INFO both taken in
+    with RawConn(server.srv.port) as late:
+        assert "10.9.9.9:4222" in late.info.get("connect_urls", [])
+    peer.close()
+
+
+def test_an_info_before_connect_is_refused_when_routes_need_credentials() -> None:
+    """With cluster authorization, the seed's order gets what the reference answers (the
+    reference takes nothing but CONNECT first on an accepted route), and nothing in that
+    INFO is acted on: its client URLs are not passed on."""
+    srv, route_port = start_seeded(guarded=True)
+    try:
+        with RawConn(route_port, read_info=False) as peer:
+            peer.send(SEED_INFO)
+            assert peer.read_to_eof(timeout=10).endswith(b"-ERR 'Authorization Violation'\r\n")
+        with RawConn(srv.port) as late:
+            assert "10.9.9.9:4222" not in late.info.get("connect_urls", [])
+            late.connect(CONNECT_PLAIN)
+            assert late.barrier() == b""
+    finally:
+        srv.stop()

@@ -9,6 +9,7 @@ import signal
 from typing import Any
 
 from ... import __version__
+from ...redact import redact_url
 from ...signals import STANDALONE_STREAMING_SIGNALS, trap_unsupported_signals
 from .conn import StanConn
 from .options import StreamingOptions, open_store_for
@@ -127,7 +128,7 @@ async def run_standalone(opts: StreamingOptions) -> None:
         return
     stopping.cancel()
     running = starting.result()
-    log.info("Streaming server connected to %s", opts.nats_url)
+    log.info("Streaming server connected to %s", redact_url(opts.nats_url))
     try:
         await stop.wait()
     finally:
