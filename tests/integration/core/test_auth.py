@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import signal
 import socket
@@ -14,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import bcrypt
 import nats
@@ -48,6 +50,8 @@ authorization {{
     {{user: carol, password: pw, permissions: {{subscribe: {{allow: ">", deny: "a.secret"}}}}}}
     {{user: dave, password: "{HASH}"}}
     {{user: root, password: pw}}
+    {{user: tracer, password: pw, permissions: {{publish: ["foo", "ok.trace"], subscribe: ">",
+                                               allow_responses: true}}}}
     {{nkey: {NKEY}, permissions: {{publish: "n.>"}}}}
   ]
 }}
@@ -62,10 +66,11 @@ def users() -> Iterator[dict[str, RunningServer]]:
         server.stop()
 
 
-def connect_line(user: str, password: str = "pw", verbose: bool = False) -> bytes:
+def connect_line(user: str, password: str = "pw", verbose: bool = False,
+                 extra: str = "") -> bytes:
     v = "true" if verbose else "false"
     return (f'CONNECT {{"user":"{user}","pass":"{password}","verbose":{v},'
-            f'"pedantic":false}}\r\n').encode()
+            f'"pedantic":false{extra}}}\r\n').encode()
 
 
 # Each case: what one client sends in one go; the answers of both servers must be the same.
@@ -407,7 +412,6 @@ def test_embedded_streaming_connects_whatever_users_there_are(tmp_path: Path) ->
 
 
 def test_connz_shows_who_logged_in_with_auth_only() -> None:
-    import json
     import urllib.request
 
     from tests.servers import free_port
@@ -434,3 +438,88 @@ def test_connz_shows_who_logged_in_with_auth_only() -> None:
             server.stop()
     assert seen["tidings"] == seen["reference"]
     assert seen["tidings"][1] == sorted(["alice", NKEY])
+
+
+# -- ways past permissions that the reference closes ---------------------------------------
+HEADERS = ',"headers":true'
+
+
+def hpub(subject: str, headers: list[str], reply: str = "") -> bytes:
+    hdr = ("NATS/1.0\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
+    head = f"HPUB {subject} {reply} " if reply else f"HPUB {subject} "
+    return b"%b%d %d\r\n%b\r\n" % (head.encode(), len(hdr), len(hdr), hdr)
+
+
+def read_msg(conn: RawConn) -> tuple[bytes, bytes, bytes]:
+    """The next message on `conn` (the server's PINGs answered): subject, headers, payload."""
+    line = conn.read_line()
+    while line == b"PING\r\n":
+        conn.send(b"PONG\r\n")
+        line = conn.read_line()
+    words = line.split()
+    assert words and words[0] in (b"MSG", b"HMSG"), line
+    size = int(words[-1])
+    hdr_len = int(words[-2]) if words[0] == b"HMSG" else 0
+    assert conn.read_until(lambda b: len(b) >= size + 2)
+    data = conn.take(size + 2)[:-2]
+    return words[1], data[:hdr_len], data[hdr_len:]
+
+
+def seen_until_sentinel(conn: RawConn, n: int) -> list[Any]:
+    """What `conn` received up to the trace event of sentinel `n`: messages as (subject,
+    payload), trace events as their ingress subject and error and their egresses."""
+    seen: list[Any] = []
+    while True:
+        subject, _, body = read_msg(conn)
+        if subject != b"ok.trace":
+            seen.append((subject.decode(), body.decode()))
+            continue
+        event = json.loads(body)
+        if event["request"]["header"].get("Sentinel") == [str(n)]:
+            return seen
+        ingress, *egress = event["events"]
+        seen.append(("event", ingress["subj"], ingress.get("error", ""),
+                     sorted((e["sub"], e.get("error", "")) for e in egress)))
+
+
+# tracer may publish to foo and ok.trace only, with allow_responses.
+TRACE_DEST_CASES = {
+    "destination not allowed": hpub("foo", ["Nats-Trace-Dest: admin.cmd", "X: y"]),
+    "destination not allowed, trace only": hpub(
+        "foo", ["Nats-Trace-Dest: admin.cmd", "Nats-Trace-Only: true"]),
+    "subject not allowed, destination allowed": hpub("bar", ["Nats-Trace-Dest: ok.trace"]),
+    "neither allowed": hpub("bar", ["Nats-Trace-Dest: admin.cmd"]),
+    "both allowed": hpub("foo", ["Nats-Trace-Dest: ok.trace"]),
+    "a reply it may send is no destination": hpub("foo", ["Nats-Trace-Dest: admin.reply"]),
+}
+
+
+def _play_trace_dests(server: RunningServer) -> dict[str, Any]:
+    outcomes: dict[str, Any] = {}
+    with RawConn(server.port) as watch, RawConn(server.port) as tracer:
+        watch.connect(connect_line("root", extra=HEADERS))
+        watch.send(b"SUB foo 1\r\nSUB bar 2\r\nSUB admin.> 3\r\nSUB ok.trace 4\r\n")
+        assert watch.barrier() == b""
+        tracer.connect(connect_line("tracer", extra=HEADERS))
+        tracer.send(b"SUB svc 1\r\n")
+        assert tracer.barrier() == b""
+        watch.send(b"PUB svc admin.reply 0\r\n\r\n")  # grants tracer admin.reply
+        assert watch.barrier() == b""
+        assert read_msg(tracer) == (b"svc", b"", b"")
+        for n, (name, data) in enumerate(TRACE_DEST_CASES.items()):
+            sentinel = hpub("foo", ["Nats-Trace-Dest: ok.trace", "Nats-Trace-Only: true",
+                                    f"Sentinel: {n}"])
+            tracer.send(data + sentinel)
+            outcomes[name] = (tracer.barrier(), seen_until_sentinel(watch, n))
+    return outcomes
+
+
+def test_a_trace_destination_needs_the_right_to_publish_to_it(
+        users: dict[str, RunningServer]) -> None:
+    """The reference checks Nats-Trace-Dest against the publish permissions (the lists,
+    not a reply it was sent) before the subject, and drops the whole message if refused."""
+    ours, theirs = (_play_trace_dests(users[kind]) for kind in KINDS)
+    for name in TRACE_DEST_CASES:
+        assert ours[name] == theirs[name], name
+    assert theirs["destination not allowed"] == (
+        b"-ERR 'Permissions Violation for Publish to \"admin.cmd\"'\r\n", [])
