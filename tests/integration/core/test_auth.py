@@ -17,13 +17,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import bcrypt
 import nats
 import nkeys
 import pytest
 
 from tests.messaging import synced
-from tests.servers import RunningServer, nats_server_binary, start_configured
+from tests.servers import (
+    RunningServer,
+    free_port,
+    nats_server_binary,
+    start_configured,
+    wait_listening,
+)
 
 from .rawnats import RawConn, run_exchange
 
@@ -523,3 +530,77 @@ def test_a_trace_destination_needs_the_right_to_publish_to_it(
         assert ours[name] == theirs[name], name
     assert theirs["destination not allowed"] == (
         b"-ERR 'Permissions Violation for Publish to \"admin.cmd\"'\r\n", [])
+
+
+async def ws_exchange(port: int, data: bytes) -> bytes:
+    """Send `data` and a PING in one frame on a new WebSocket connection; what came back
+    after INFO, until the PONG or the close."""
+    async with aiohttp.ClientSession() as session, \
+            session.ws_connect(f"ws://127.0.0.1:{port}") as ws:
+        got = b""
+        while not got.endswith(b"\r\n"):
+            got += await _ws_frame(ws)
+        assert got.startswith(b"INFO "), got
+        got = got[got.index(b"\r\n") + 2:]
+        await ws.send_bytes(data + b"PING\r\n")
+        while not got.endswith(b"PONG\r\n"):
+            frame = await _ws_frame(ws)
+            if not frame:
+                break
+            got += frame
+        return got
+
+
+async def _ws_frame(ws: aiohttp.ClientWebSocketResponse) -> bytes:
+    msg = await asyncio.wait_for(ws.receive(), 5)
+    return msg.data if msg.type == aiohttp.WSMsgType.BINARY else b""
+
+
+TWO_USERS = f"""
+authorization {{ users = [
+  {{user: wsonly, password: pw, allowed_connection_types: ["WEBSOCKET"]}}
+  {{user: tcponly, password: pw, allowed_connection_types: ["STANDARD"]}}
+  {{nkey: {NKEY}, allowed_connection_types: ["WEBSOCKET"]}}
+] }}
+"""
+# Each case: no_auth_user for the server, for its websocket block, and the listener on which
+# an anonymous client would become a user that may not connect there.
+NO_AUTH_CONNECTION_TYPES = {
+    "a WebSocket-only user over TCP": ("wsonly", "", "tcp"),
+    "a TCP-only user over WebSocket": ("", "tcponly", "ws"),
+    "a WebSocket-only NKey over TCP": (NKEY, "", "tcp"),
+}
+
+
+@pytest.mark.parametrize("case", list(NO_AUTH_CONNECTION_TYPES))
+def test_no_auth_user_keeps_its_allowed_connection_types(case: str) -> None:
+    """An anonymous client becomes the no_auth_user only over a connection type that user
+    may use. Anonymous and with credentials, over TCP and over WebSocket."""
+    no_auth, ws_no_auth, refused = NO_AUTH_CONNECTION_TYPES[case]
+    conf = TWO_USERS + (f"no_auth_user: {no_auth}\n" if no_auth else "")
+    anonymous = b'CONNECT {"verbose":false}\r\n'
+    seen = {}
+    for kind in KINDS:
+        ws_port = free_port()
+        ws_extra = f", no_auth_user: {ws_no_auth}" if ws_no_auth else ""
+        server = start_configured(kind, conf + (
+            f"websocket {{ listen: 127.0.0.1:{ws_port}, no_tls: true{ws_extra} }}\n"))
+        try:
+            wait_listening(ws_port, server.proc)
+            tcp = run_exchange(server.port, [anonymous])
+            seen[kind] = (
+                (tcp.data, tcp.closed),
+                asyncio.run(ws_exchange(ws_port, anonymous)),
+                run_exchange(server.port, [connect_line("tcponly")]).data,
+                asyncio.run(ws_exchange(ws_port, connect_line("wsonly"))),
+            )
+        finally:
+            server.stop()
+    assert seen["tidings"] == seen["reference"]
+    violation = b"-ERR 'Authorization Violation'\r\n"
+    tcp, ws, with_user, ws_with_user = seen["reference"]
+    if refused == "tcp":
+        assert tcp == (violation, True)
+    else:
+        assert ws == violation
+    assert (with_user, ws_with_user) == (b"", b"PONG\r\n")
