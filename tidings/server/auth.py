@@ -18,7 +18,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import itertools
 import logging
 import os
 import re
@@ -191,14 +190,21 @@ class Replies:
         return True
 
 
-def note_reply(plain: Iterable[Any], groups: Iterable[Iterable[Any]], reply: bytes) -> None:
-    """A request with `reply` goes to these subscriptions: their clients that have
-    allow_responses may publish to it. (Every member of a queue group is told, not only the
-    one picked: the others never see the reply subject, so they cannot use it.)"""
-    for sub in itertools.chain(plain, *groups):
+def granting(deliver: Callable[..., bool], reply: bytes) -> Callable[..., bool]:
+    """`deliver`, also granting `reply` to each client with allow_responses that a message
+    is delivered to: as in the reference, only a delivery grants it (not a message the
+    client sent itself with echo off, not the other members of a queue group, not a
+    trace-only message). Used for messages with a reply while such clients are connected."""
+
+    def deliver_granting(pub: Any, sub: Any, frame: Any, plain_frame: Any) -> bool:
+        if not deliver(pub, sub, frame, plain_frame):
+            return False
         replies = getattr(sub.client, "replies", None)
         if replies is not None:
             replies.add(reply)
+        return True
+
+    return deliver_granting
 
 
 # -- authentication ------------------------------------------------------------------------

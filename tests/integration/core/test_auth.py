@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from tests.servers import (
     wait_listening,
 )
 
-from .rawnats import RawConn, run_exchange
+from .rawnats import RawConn, Timeout, run_exchange
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -604,3 +605,114 @@ def test_no_auth_user_keeps_its_allowed_connection_types(case: str) -> None:
     else:
         assert ws == violation
     assert (with_user, ws_with_user) == (b"", b"PONG\r\n")
+
+
+def _play_grants(server: RunningServer) -> list[bytes]:
+    """bob (publish b.>, allow_responses) tries replies he was and was not sent."""
+    seen = []
+    with RawConn(server.port) as bob, RawConn(server.port) as root:
+        bob.connect(connect_line("bob", extra=',"echo":false'))
+        root.connect(connect_line("root", extra=HEADERS))
+        # With echo off his own request never reaches him: no grant.
+        bob.send(b"SUB b.svc 1\r\nPUB b.svc admin.cmd2 0\r\n\r\nPUB admin.cmd2 0\r\n\r\n")
+        seen.append(bob.barrier())
+        # A trace-only request is delivered to nobody: no grant.
+        root.send(hpub("b.svc", ["Nats-Trace-Dest: sink", "Nats-Trace-Only: true"],
+                       reply="admin.cmd3"))
+        assert root.barrier() == b""
+        bob.send(b"PUB admin.cmd3 0\r\n\r\n")
+        seen.append(bob.barrier())
+        # A request delivered to him: one answer.
+        root.send(b"PUB b.svc admin.cmd4 0\r\n\r\n")
+        assert root.barrier() == b""
+        bob.send(b"PUB admin.cmd4 0\r\n\r\nPUB admin.cmd4 0\r\n\r\n")
+        seen.append(bob.barrier())
+    return seen
+
+
+def test_a_reply_is_granted_only_by_a_delivery(users: dict[str, RunningServer]) -> None:
+    ours, theirs = (_play_grants(users[kind]) for kind in KINDS)
+    assert ours == theirs
+    refused = b"-ERR 'Permissions Violation for Publish to \"%b\"'\r\n"
+    assert theirs == [refused % b"admin.cmd2", refused % b"admin.cmd3",
+                      b"MSG b.svc 1 admin.cmd4 0\r\n\r\n" + refused % b"admin.cmd4"]
+
+
+def _play_queue_grant(port: int, members_port: int) -> tuple[list[bytes], list[bytes]]:
+    """A request (from a client on `port`) to a queue group of two bobs (on `members_port`):
+    what each member got, and what each one's answer got, the receiver's first."""
+    members = [RawConn(members_port) for _ in range(2)]
+    try:
+        for member in members:
+            member.connect(connect_line("bob"))
+            member.send(b"SUB b.q grp 1\r\nSUB b.after 2\r\n")
+            assert member.barrier() == b""
+        with RawConn(port) as root:
+            root.connect(connect_line("root"))
+            if members_port != port:
+                _wait_for_route(root, members_port)
+            root.send(b"PUB b.q admin.q 0\r\n\r\nPUB b.after 0\r\n\r\n")
+            assert root.barrier() == b""
+        after = b"MSG b.after 2 0\r\n\r\n"
+        got = []
+        for member in members:  # b.after comes after the request, wherever it went
+            assert member.read_until(lambda b: b.endswith(after))
+            got.append(member.take()[:-len(after)])
+        receiver = [m for m, g in zip(members, got, strict=True) if g]
+        answers = []
+        for member in receiver + [m for m in members if m not in receiver]:
+            member.send(b"PUB admin.q 0\r\n\r\n")
+            answers.append(member.barrier())
+        return sorted(got), answers
+    finally:
+        for member in members:
+            member.close()
+
+
+def _wait_for_route(conn: RawConn, port: int) -> None:
+    """Until a message published on `conn` reaches a subscription made now on `port`: the
+    route carries every subscription made there before."""
+    with RawConn(port) as probe:
+        probe.connect(connect_line("root"))
+        probe.send(b"SUB probe 1\r\n")
+        assert probe.barrier() == b""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            conn.send(b"PUB probe 0\r\n\r\n")
+            try:
+                if probe.read_until(lambda b: b"MSG probe" in b, timeout=0.1):
+                    return
+            except Timeout:
+                continue
+        raise AssertionError("the route never carried the subscription")
+
+
+QUEUE_REPLY = (b"MSG b.q 1 admin.q 0\r\n\r\n", b"")
+
+
+def test_a_reply_is_granted_to_the_queue_member_it_went_to(
+        users: dict[str, RunningServer]) -> None:
+    ours, theirs = (_play_queue_grant(users[kind].port, users[kind].port) for kind in KINDS)
+    assert ours == theirs
+    assert theirs == ([b"", QUEUE_REPLY[0]],
+                      [b"", b"-ERR 'Permissions Violation for Publish to \"admin.q\"'\r\n"])
+
+
+def test_a_reply_over_a_route_is_granted_to_the_queue_member_it_went_to() -> None:
+    seen = {}
+    for kind in KINDS:
+        a_route, b_route = free_port(), free_port()
+        a = start_configured(kind, USERS, extra_args=[
+            "--cluster", f"nats://127.0.0.1:{a_route}", "--cluster_name", "perm"])
+        try:
+            b = start_configured(kind, USERS, extra_args=[
+                "--cluster", f"nats://127.0.0.1:{b_route}", "--cluster_name", "perm",
+                "--routes", f"nats://127.0.0.1:{a_route}"])
+            try:
+                seen[kind] = _play_queue_grant(a.port, b.port)
+            finally:
+                b.stop()
+        finally:
+            a.stop()
+    assert seen["tidings"] == seen["reference"]
+    assert seen["reference"][1][1].startswith(b"-ERR 'Permissions Violation")
