@@ -5,9 +5,9 @@ server publish a JSON trace event to that subject, listing the ingress and every
 header block contains the bytes `Nats-Trace-Dest` come here (see ClientConnection.on_hpub),
 so untraced traffic never pays for parsing. A client may only trace to a destination its
 publish permissions let it publish to; otherwise the whole message is refused, as by the
-reference. The W3C `traceparent` header triggers tracing in
-the reference only through an account's trace destination; tidings has no accounts, so it is
-ignored, as by a reference server without that configuration.
+reference. The W3C `traceparent` header triggers tracing in the reference only through an
+account's trace destination; tidings has no accounts, so it is ignored, as by a reference
+server without that configuration.
 """
 
 from __future__ import annotations
