@@ -18,7 +18,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import itertools
 import logging
 import os
 import re
@@ -191,14 +190,21 @@ class Replies:
         return True
 
 
-def note_reply(plain: Iterable[Any], groups: Iterable[Iterable[Any]], reply: bytes) -> None:
-    """A request with `reply` goes to these subscriptions: their clients that have
-    allow_responses may publish to it. (Every member of a queue group is told, not only the
-    one picked: the others never see the reply subject, so they cannot use it.)"""
-    for sub in itertools.chain(plain, *groups):
+def granting(deliver: Callable[..., bool], reply: bytes) -> Callable[..., bool]:
+    """`deliver`, also granting `reply` to each client with allow_responses that a message
+    is delivered to: as in the reference, only a delivery grants it (not a message the
+    client sent itself with echo off, not the other members of a queue group, not a
+    trace-only message). Used for messages with a reply while such clients are connected."""
+
+    def deliver_granting(pub: Any, sub: Any, frame: Any, plain_frame: Any) -> bool:
+        if not deliver(pub, sub, frame, plain_frame):
+            return False
         replies = getattr(sub.client, "replies", None)
         if replies is not None:
             replies.add(reply)
+        return True
+
+    return deliver_granting
 
 
 # -- authentication ------------------------------------------------------------------------
@@ -335,28 +341,33 @@ class Authenticator:
         sent_nkey = connect.get("nkey") or ""
         anonymous = not (sent_user or connect.get("pass") or connect.get("auth_token")
                          or sent_nkey)
+        # A client that sent no credentials is taken for the no_auth_user; from there on it
+        # is checked as that user would be (its allowed connection types first).
+        default = no_auth_user if anonymous else ""
         if self.nkeys:
-            if no_auth_user and anonymous and no_auth_user in self.nkeys:
-                return self.nkeys[no_auth_user][1]
-            if sent_nkey:
-                found = self.nkeys.get(sent_nkey)
-                if found is None or not _type_allowed(found[0], kind):
+            name = sent_nkey or (default if default in self.nkeys else "")
+            if name:
+                found = _usable(self.nkeys, name, kind)
+                if found is None:
                     return None
+                if name != sent_nkey:
+                    return found[1]  # the no_auth_user: there is no signature to check
                 return found[1] if self._signed(conn, connect, sent_nkey) else None
         if self.users:
             if self.ws_tls_map if conn.websocket else self.tls_map:
                 for name in conn.tls_identities or ():
-                    found = self.users.get(name)
-                    if found is not None and _type_allowed(found[0], kind):
+                    found = _usable(self.users, name, kind)
+                    if found is not None:
                         return found[1]
                 return None
-            if no_auth_user and anonymous and no_auth_user in self.users:
-                return self.users[no_auth_user][1]
-            if sent_user:
-                found = self.users.get(sent_user)
-                if found is None or not _type_allowed(found[0], kind):
+            name = sent_user or (default if default in self.users else "")
+            if name:
+                found = _usable(self.users, name, kind)
+                if found is None:
                     return None
                 user, login = found
+                if name != sent_user:
+                    return login  # the no_auth_user: there is no password to compare
                 if not user.password and (self.tls_map or self.ws_tls_map):
                     return None  # a certificate-only identity
                 return _compare(user.password, connect.get("pass"), login)
@@ -410,8 +421,14 @@ def user_nkey_bytes(key: str) -> bytes | None:
     return bytes(body[1:])
 
 
-def _type_allowed(user: User, kind: str) -> bool:
-    return not user.connection_types or kind in user.connection_types
+def _usable(table: dict[str, tuple[User, Login]], name: str,
+            kind: str) -> tuple[User, Login] | None:
+    """The user `name` of `table` if it may connect over a connection of `kind`."""
+    found = table.get(name)
+    if found is None:
+        return None
+    types = found[0].connection_types
+    return found if not types or kind in types else None
 
 
 def _compare(expected: str, given: Any, login: Login) -> Verdict:

@@ -28,6 +28,7 @@ from .sublist import EMPTY_RESULT, Subscription
 
 if TYPE_CHECKING:
     from .server import Server
+    from .tracing import MsgTrace
 
 log = logging.getLogger("tidings.server")
 
@@ -344,18 +345,26 @@ class ClientConnection(Connection):
             log.info("Removed sub %s using queue %s (sid %s) for %s - not authorized",
                      subj, q, sid, self.login.user or "N/A")
 
-    def may_publish(self, subject: bytes) -> bool:
+    def may_publish(self, subject: bytes, trace: MsgTrace | None = None) -> bool:
         """Whether our rights let us publish to `subject` (a reply we were sent counts);
-        if not, the reference's -ERR and log line."""
+        if not, the reference's -ERR and log line (and the refusal in `trace`)."""
         rights = self.rights
         if rights is None or not rights.limits_publish or rights.may_publish(subject):
             return True
         if self.replies is not None and self.replies.use(subject):
             return True
-        subj = _quoted(subject)
-        self.send_err(f"Permissions Violation for Publish to {subj}")
-        log.error("%s - Publish Violation - Subject %s", self.describe(), subj)
+        self.publish_refused(subject, trace)
         return False
+
+    def publish_refused(self, subject: bytes, trace: MsgTrace | None = None) -> None:
+        """Tell the client (and its message's trace, sent now) that it may not publish to
+        `subject`, and log it, in the reference's words."""
+        subj = _quoted(subject)
+        error = f"Permissions Violation for Publish to {subj}"
+        if trace is not None:
+            trace.fail(error)
+        self.send_err(error)
+        log.error("%s - Publish Violation - Subject %s", self.describe(), subj)
 
     def _checked_pub(self, subject: bytes, reply: bytes | None, payload: bytes) -> None:
         if self.may_publish(subject):
@@ -374,20 +383,24 @@ class ClientConnection(Connection):
         self.server.route(self, subject, reply, msg_frame(b"MSG ", subject, reply, payload), None)
 
     def on_hpub(self, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> None:
-        if self.rights is not None and not self.may_publish(subject):
-            return
         if not hdr_len:
             # As the reference: a header block of size 0 is no header block, so MSG.
-            self.on_pub(subject, reply, data)
+            if self.rights is None or self.may_publish(subject):
+                self.on_pub(subject, reply, data)
             return
         trace = None
         if data.find(b"Nats-Trace-Dest", 0, hdr_len) >= 0:
-            from .tracing import start_trace  # only messages that ask for tracing pay for it
+            # As the reference, the trace (and the right to publish to its destination) is
+            # settled before the subject's permission. Only messages that ask for tracing
+            # pay for it.
+            from .tracing import start_trace
 
             traced = start_trace(self, subject, hdr_len, data)
             if traced is None:
                 return  # dropped, as the reference drops it
             hdr_len, data, trace = traced
+        if self.rights is not None and not self.may_publish(subject, trace):
+            return
         if self.verbose:
             self.queue(OK)
         self.in_msgs += 1

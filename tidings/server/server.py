@@ -21,7 +21,7 @@ from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
 from ..signals import SERVER_SIGNALS, trap_unsupported_signals
 from ..turns import LoopTurns
 from . import flow
-from .auth import Authenticator, Bcrypt, new_nonce, note_reply
+from .auth import Authenticator, Bcrypt, granting, new_nonce
 from .client import ClientConnection
 from .connection import Connection, Frame
 from .options import ServerOptions
@@ -91,8 +91,8 @@ class Server:
         self._stopping = False  # shutdown has begun: no new in-process clients
         self._info: dict[str, Any] = {}
         self._all_gone: asyncio.Event | None = None  # set when shutdown has closed everyone
-        # Clients with allow_responses connected now: only then are requests' reply
-        # subjects noted for them (see route), so that others pay nothing.
+        # Clients with allow_responses connected now: only then are requests' deliveries
+        # watched for reply subjects to grant (see route), so that others pay nothing.
         self.responders = 0
         self.auth = Authenticator(self.options)
         self.bcrypt = Bcrypt()
@@ -464,6 +464,8 @@ class Server:
         None for the server's own messages (trace events).
         """
         deliver = self.deliver if trace is None else trace.deliver
+        if reply and self.responders and (trace is None or not trace.only):
+            deliver = granting(deliver, reply)
         sublist = self.sublist
         result = sublist.cache.get(subject) or sublist.match(subject)
         plain, groups, remote = result
@@ -478,10 +480,6 @@ class Server:
             # Other servers' interest: each route gets the message once (cluster/).
             if self.cluster.forward(pub, subject, reply, frame, plain_frame, remote, deliver):
                 delivered = True
-        if reply and self.responders:
-            note_reply(plain, groups, reply)
-            if remote is not None:
-                note_reply((), remote.groups, reply)  # our members of mixed queue groups
         if not delivered and reply and pub is not None and pub.no_responders:
             pub.no_responders_reply(subject, reply)
 
@@ -501,14 +499,14 @@ class Server:
         named in `queues` get it (the sending server chose this server for them), or just
         `direct`, the queue subscription the sender picked (the seed's QRSID)."""
         deliver = self.deliver
+        if reply and self.responders:
+            deliver = granting(deliver, reply)
         if direct is not None:
             if deliver(route, direct, frame, plain_frame):
                 return
             queues = (direct.queue,)  # gone meanwhile: another member of its group here
         result = self.sublist.cache.get(subject) or self.sublist.match(subject)
         plain, groups, remote = result
-        if reply and self.responders:
-            note_reply(plain, groups, reply)
         if direct is None:
             for sub in plain:
                 deliver(route, sub, frame, plain_frame)

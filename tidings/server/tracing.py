@@ -3,9 +3,11 @@ server publish a JSON trace event to that subject, listing the ingress and every
 
 `Nats-Trace-Only: true` (or 1, on, in any case) traces without delivering. Only messages whose
 header block contains the bytes `Nats-Trace-Dest` come here (see ClientConnection.on_hpub),
-so untraced traffic never pays for parsing. The W3C `traceparent` header triggers tracing in
-the reference only through an account's trace destination; tidings has no accounts, so it is
-ignored, as by a reference server without that configuration.
+so untraced traffic never pays for parsing. A client may only trace to a destination its
+publish permissions let it publish to; otherwise the whole message is refused, as by the
+reference. The W3C `traceparent` header triggers tracing in the reference only through an
+account's trace destination; tidings has no accounts, so it is ignored, as by a reference
+server without that configuration.
 """
 
 from __future__ import annotations
@@ -190,6 +192,11 @@ class MsgTrace:
             self._egress(sub)
         return delivered
 
+    def fail(self, error: str) -> None:
+        """The message was refused at its ingress with `error`: send the event now."""
+        self.events[0]["error"] = error
+        self.send()
+
     def send(self) -> None:
         """Publish the trace event to its destination, as the server's own message."""
         server = self.server
@@ -269,8 +276,17 @@ def trace_refused(
     """Send the trace event of a message refused before routing: its ingress, with `error`."""
     traced = start_trace(client, subject, len(hdr), hdr, size)
     if traced is not None and traced[2] is not None:
-        traced[2].events[0]["error"] = error
-        traced[2].send()
+        traced[2].fail(error)
+
+
+def may_trace_to(client: ClientConnection, dest: str) -> bool:
+    """Whether `client` may have trace events sent to `dest`, as the reference decides: never
+    to the reserved prefixes (gateway replies, Raft traffic), and only where its publish
+    permissions let it publish (the lists: a reply it was sent does not count)."""
+    if dest.startswith(RESERVED_DESTS):
+        return False
+    rights = client.rights
+    return rights is None or not rights.limits_publish or rights.may_publish(dest.encode())
 
 
 def start_trace(
@@ -297,11 +313,9 @@ def start_trace(
         log.error("cid=%d destination %r is not valid, won't be able to trace events",
                   client.cid, dest)
         return None if only else (hdr_len, data, None)
-    if dest.startswith(RESERVED_DESTS):
-        # The reference refuses these prefixes (gateway replies, Raft traffic) to clients.
-        client.send_err(f'Permissions Violation for Publish to "{dest}"')
-        log.error("cid=%d publish violation - subject %r", client.cid, dest)
-        return None
+    if not may_trace_to(client, dest):
+        client.publish_refused(dest.encode())
+        return None  # the whole message dropped, not only its trace
     size = len(data) if size < 0 else size
     trace = MsgTrace(client.server, client, subject, dest, only, headers, size)
     return hdr_len, data, trace

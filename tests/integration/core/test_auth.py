@@ -7,23 +7,33 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import bcrypt
 import nats
 import nkeys
 import pytest
 
 from tests.messaging import synced
-from tests.servers import RunningServer, nats_server_binary, start_configured
+from tests.servers import (
+    RunningServer,
+    free_port,
+    nats_server_binary,
+    start_configured,
+    wait_listening,
+)
 
-from .rawnats import RawConn, run_exchange
+from .rawnats import RawConn, Timeout, run_exchange
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -48,6 +58,8 @@ authorization {{
     {{user: carol, password: pw, permissions: {{subscribe: {{allow: ">", deny: "a.secret"}}}}}}
     {{user: dave, password: "{HASH}"}}
     {{user: root, password: pw}}
+    {{user: tracer, password: pw, permissions: {{publish: ["foo", "ok.trace"], subscribe: ">",
+                                               allow_responses: true}}}}
     {{nkey: {NKEY}, permissions: {{publish: "n.>"}}}}
   ]
 }}
@@ -62,10 +74,11 @@ def users() -> Iterator[dict[str, RunningServer]]:
         server.stop()
 
 
-def connect_line(user: str, password: str = "pw", verbose: bool = False) -> bytes:
+def connect_line(user: str, password: str = "pw", verbose: bool = False,
+                 extra: str = "") -> bytes:
     v = "true" if verbose else "false"
     return (f'CONNECT {{"user":"{user}","pass":"{password}","verbose":{v},'
-            f'"pedantic":false}}\r\n').encode()
+            f'"pedantic":false{extra}}}\r\n').encode()
 
 
 # Each case: what one client sends in one go; the answers of both servers must be the same.
@@ -407,7 +420,6 @@ def test_embedded_streaming_connects_whatever_users_there_are(tmp_path: Path) ->
 
 
 def test_connz_shows_who_logged_in_with_auth_only() -> None:
-    import json
     import urllib.request
 
     from tests.servers import free_port
@@ -434,3 +446,273 @@ def test_connz_shows_who_logged_in_with_auth_only() -> None:
             server.stop()
     assert seen["tidings"] == seen["reference"]
     assert seen["tidings"][1] == sorted(["alice", NKEY])
+
+
+# -- ways past permissions that the reference closes ---------------------------------------
+HEADERS = ',"headers":true'
+
+
+def hpub(subject: str, headers: list[str], reply: str = "") -> bytes:
+    hdr = ("NATS/1.0\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
+    head = f"HPUB {subject} {reply} " if reply else f"HPUB {subject} "
+    return b"%b%d %d\r\n%b\r\n" % (head.encode(), len(hdr), len(hdr), hdr)
+
+
+def read_msg(conn: RawConn) -> tuple[bytes, bytes, bytes]:
+    """The next message on `conn` (the server's PINGs answered): subject, headers, payload."""
+    line = conn.read_line()
+    while line == b"PING\r\n":
+        conn.send(b"PONG\r\n")
+        line = conn.read_line()
+    words = line.split()
+    assert words and words[0] in (b"MSG", b"HMSG"), line
+    size = int(words[-1])
+    hdr_len = int(words[-2]) if words[0] == b"HMSG" else 0
+    assert conn.read_until(lambda b: len(b) >= size + 2)
+    data = conn.take(size + 2)[:-2]
+    return words[1], data[:hdr_len], data[hdr_len:]
+
+
+def seen_until_sentinel(conn: RawConn, n: int) -> list[Any]:
+    """What `conn` received up to the trace event of sentinel `n`: messages as (subject,
+    payload), trace events as their ingress subject and error and their egresses."""
+    seen: list[Any] = []
+    while True:
+        subject, _, body = read_msg(conn)
+        if subject != b"ok.trace":
+            seen.append((subject.decode(), body.decode()))
+            continue
+        event = json.loads(body)
+        if event["request"]["header"].get("Sentinel") == [str(n)]:
+            return seen
+        ingress, *egress = event["events"]
+        seen.append(("event", ingress["subj"], ingress.get("error", ""),
+                     sorted((e["sub"], e.get("error", "")) for e in egress)))
+
+
+# tracer may publish to foo and ok.trace only, with allow_responses.
+TRACE_DEST_CASES = {
+    "destination not allowed": hpub("foo", ["Nats-Trace-Dest: admin.cmd", "X: y"]),
+    "destination not allowed, trace only": hpub(
+        "foo", ["Nats-Trace-Dest: admin.cmd", "Nats-Trace-Only: true"]),
+    "subject not allowed, destination allowed": hpub("bar", ["Nats-Trace-Dest: ok.trace"]),
+    "neither allowed": hpub("bar", ["Nats-Trace-Dest: admin.cmd"]),
+    "both allowed": hpub("foo", ["Nats-Trace-Dest: ok.trace"]),
+    "a reply it may send is no destination": hpub("foo", ["Nats-Trace-Dest: admin.reply"]),
+}
+
+
+def _play_trace_dests(server: RunningServer) -> dict[str, Any]:
+    outcomes: dict[str, Any] = {}
+    with RawConn(server.port) as watch, RawConn(server.port) as tracer:
+        watch.connect(connect_line("root", extra=HEADERS))
+        watch.send(b"SUB foo 1\r\nSUB bar 2\r\nSUB admin.> 3\r\nSUB ok.trace 4\r\n")
+        assert watch.barrier() == b""
+        tracer.connect(connect_line("tracer", extra=HEADERS))
+        tracer.send(b"SUB svc 1\r\n")
+        assert tracer.barrier() == b""
+        watch.send(b"PUB svc admin.reply 0\r\n\r\n")  # grants tracer admin.reply
+        assert watch.barrier() == b""
+        assert read_msg(tracer) == (b"svc", b"", b"")
+        for n, (name, data) in enumerate(TRACE_DEST_CASES.items()):
+            sentinel = hpub("foo", ["Nats-Trace-Dest: ok.trace", "Nats-Trace-Only: true",
+                                    f"Sentinel: {n}"])
+            tracer.send(data + sentinel)
+            outcomes[name] = (tracer.barrier(), seen_until_sentinel(watch, n))
+    return outcomes
+
+
+def test_a_trace_destination_needs_the_right_to_publish_to_it(
+        users: dict[str, RunningServer]) -> None:
+    """The reference checks Nats-Trace-Dest against the publish permissions (the lists,
+    not a reply it was sent) before the subject, and drops the whole message if refused."""
+    ours, theirs = (_play_trace_dests(users[kind]) for kind in KINDS)
+    for name in TRACE_DEST_CASES:
+        assert ours[name] == theirs[name], name
+    assert theirs["destination not allowed"] == (
+        b"-ERR 'Permissions Violation for Publish to \"admin.cmd\"'\r\n", [])
+
+
+async def ws_exchange(port: int, data: bytes) -> bytes:
+    """Send `data` and a PING in one frame on a new WebSocket connection; what came back
+    after INFO, until the PONG or the close."""
+    async with aiohttp.ClientSession() as session, \
+            session.ws_connect(f"ws://127.0.0.1:{port}") as ws:
+        got = b""
+        while not got.endswith(b"\r\n"):
+            got += await _ws_frame(ws)
+        assert got.startswith(b"INFO "), got
+        got = got[got.index(b"\r\n") + 2:]
+        await ws.send_bytes(data + b"PING\r\n")
+        while not got.endswith(b"PONG\r\n"):
+            frame = await _ws_frame(ws)
+            if not frame:
+                break
+            got += frame
+        return got
+
+
+async def _ws_frame(ws: aiohttp.ClientWebSocketResponse) -> bytes:
+    msg = await asyncio.wait_for(ws.receive(), 5)
+    return msg.data if msg.type == aiohttp.WSMsgType.BINARY else b""
+
+
+TWO_USERS = f"""
+authorization {{ users = [
+  {{user: wsonly, password: pw, allowed_connection_types: ["WEBSOCKET"]}}
+  {{user: tcponly, password: pw, allowed_connection_types: ["STANDARD"]}}
+  {{nkey: {NKEY}, allowed_connection_types: ["WEBSOCKET"]}}
+] }}
+"""
+# Each case: no_auth_user for the server, for its websocket block, and the listener on which
+# an anonymous client would become a user that may not connect there.
+NO_AUTH_CONNECTION_TYPES = {
+    "a WebSocket-only user over TCP": ("wsonly", "", "tcp"),
+    "a TCP-only user over WebSocket": ("", "tcponly", "ws"),
+    "a WebSocket-only NKey over TCP": (NKEY, "", "tcp"),
+}
+
+
+@pytest.mark.parametrize("case", list(NO_AUTH_CONNECTION_TYPES))
+def test_no_auth_user_keeps_its_allowed_connection_types(case: str) -> None:
+    """An anonymous client becomes the no_auth_user only over a connection type that user
+    may use. Anonymous and with credentials, over TCP and over WebSocket."""
+    no_auth, ws_no_auth, refused = NO_AUTH_CONNECTION_TYPES[case]
+    conf = TWO_USERS + (f"no_auth_user: {no_auth}\n" if no_auth else "")
+    anonymous = b'CONNECT {"verbose":false}\r\n'
+    seen = {}
+    for kind in KINDS:
+        ws_port = free_port()
+        ws_extra = f", no_auth_user: {ws_no_auth}" if ws_no_auth else ""
+        server = start_configured(kind, conf + (
+            f"websocket {{ listen: 127.0.0.1:{ws_port}, no_tls: true{ws_extra} }}\n"))
+        try:
+            wait_listening(ws_port, server.proc)
+            tcp = run_exchange(server.port, [anonymous])
+            seen[kind] = (
+                (tcp.data, tcp.closed),
+                asyncio.run(ws_exchange(ws_port, anonymous)),
+                run_exchange(server.port, [connect_line("tcponly")]).data,
+                asyncio.run(ws_exchange(ws_port, connect_line("wsonly"))),
+            )
+        finally:
+            server.stop()
+    assert seen["tidings"] == seen["reference"]
+    violation = b"-ERR 'Authorization Violation'\r\n"
+    tcp, ws, with_user, ws_with_user = seen["reference"]
+    if refused == "tcp":
+        assert tcp == (violation, True)
+    else:
+        assert ws == violation
+    assert (with_user, ws_with_user) == (b"", b"PONG\r\n")
+
+
+def _play_grants(server: RunningServer) -> list[bytes]:
+    """bob (publish b.>, allow_responses) tries replies he was and was not sent."""
+    seen = []
+    with RawConn(server.port) as bob, RawConn(server.port) as root:
+        bob.connect(connect_line("bob", extra=',"echo":false'))
+        root.connect(connect_line("root", extra=HEADERS))
+        # With echo off his own request never reaches him: no grant.
+        bob.send(b"SUB b.svc 1\r\nPUB b.svc admin.cmd2 0\r\n\r\nPUB admin.cmd2 0\r\n\r\n")
+        seen.append(bob.barrier())
+        # A trace-only request is delivered to nobody: no grant.
+        root.send(hpub("b.svc", ["Nats-Trace-Dest: sink", "Nats-Trace-Only: true"],
+                       reply="admin.cmd3"))
+        assert root.barrier() == b""
+        bob.send(b"PUB admin.cmd3 0\r\n\r\n")
+        seen.append(bob.barrier())
+        # A request delivered to him: one answer.
+        root.send(b"PUB b.svc admin.cmd4 0\r\n\r\n")
+        assert root.barrier() == b""
+        bob.send(b"PUB admin.cmd4 0\r\n\r\nPUB admin.cmd4 0\r\n\r\n")
+        seen.append(bob.barrier())
+    return seen
+
+
+def test_a_reply_is_granted_only_by_a_delivery(users: dict[str, RunningServer]) -> None:
+    ours, theirs = (_play_grants(users[kind]) for kind in KINDS)
+    assert ours == theirs
+    refused = b"-ERR 'Permissions Violation for Publish to \"%b\"'\r\n"
+    assert theirs == [refused % b"admin.cmd2", refused % b"admin.cmd3",
+                      b"MSG b.svc 1 admin.cmd4 0\r\n\r\n" + refused % b"admin.cmd4"]
+
+
+def _play_queue_grant(port: int, members_port: int) -> tuple[list[bytes], list[bytes]]:
+    """A request (from a client on `port`) to a queue group of two bobs (on `members_port`):
+    what each member got, and what each one's answer got, the receiver's first."""
+    members = [RawConn(members_port) for _ in range(2)]
+    try:
+        for member in members:
+            member.connect(connect_line("bob"))
+            member.send(b"SUB b.q grp 1\r\nSUB b.after 2\r\n")
+            assert member.barrier() == b""
+        with RawConn(port) as root:
+            root.connect(connect_line("root"))
+            if members_port != port:
+                _wait_for_route(root, members_port)
+            root.send(b"PUB b.q admin.q 0\r\n\r\nPUB b.after 0\r\n\r\n")
+            assert root.barrier() == b""
+        after = b"MSG b.after 2 0\r\n\r\n"
+        got = []
+        for member in members:  # b.after comes after the request, wherever it went
+            assert member.read_until(lambda b: b.endswith(after))
+            got.append(member.take()[:-len(after)])
+        receiver = [m for m, g in zip(members, got, strict=True) if g]
+        answers = []
+        for member in receiver + [m for m in members if m not in receiver]:
+            member.send(b"PUB admin.q 0\r\n\r\n")
+            answers.append(member.barrier())
+        return sorted(got), answers
+    finally:
+        for member in members:
+            member.close()
+
+
+def _wait_for_route(conn: RawConn, port: int) -> None:
+    """Until a message published on `conn` reaches a subscription made now on `port`: the
+    route carries every subscription made there before."""
+    with RawConn(port) as probe:
+        probe.connect(connect_line("root"))
+        probe.send(b"SUB probe 1\r\n")
+        assert probe.barrier() == b""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            conn.send(b"PUB probe 0\r\n\r\n")
+            try:
+                if probe.read_until(lambda b: b"MSG probe" in b, timeout=0.1):
+                    return
+            except Timeout:
+                continue
+        raise AssertionError("the route never carried the subscription")
+
+
+QUEUE_REPLY = (b"MSG b.q 1 admin.q 0\r\n\r\n", b"")
+
+
+def test_a_reply_is_granted_to_the_queue_member_it_went_to(
+        users: dict[str, RunningServer]) -> None:
+    ours, theirs = (_play_queue_grant(users[kind].port, users[kind].port) for kind in KINDS)
+    assert ours == theirs
+    assert theirs == ([b"", QUEUE_REPLY[0]],
+                      [b"", b"-ERR 'Permissions Violation for Publish to \"admin.q\"'\r\n"])
+
+
+def test_a_reply_over_a_route_is_granted_to_the_queue_member_it_went_to() -> None:
+    seen = {}
+    for kind in KINDS:
+        a_route, b_route = free_port(), free_port()
+        a = start_configured(kind, USERS, extra_args=[
+            "--cluster", f"nats://127.0.0.1:{a_route}", "--cluster_name", "perm"])
+        try:
+            b = start_configured(kind, USERS, extra_args=[
+                "--cluster", f"nats://127.0.0.1:{b_route}", "--cluster_name", "perm",
+                "--routes", f"nats://127.0.0.1:{a_route}"])
+            try:
+                seen[kind] = _play_queue_grant(a.port, b.port)
+            finally:
+                b.stop()
+        finally:
+            a.stop()
+    assert seen["tidings"] == seen["reference"]
+    assert seen["reference"][1][1].startswith(b"-ERR 'Permissions Violation")
