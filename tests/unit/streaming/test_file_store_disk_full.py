@@ -79,6 +79,25 @@ def test_a_write_failing_while_storing_rolls_back_every_unsynced_message(
         assert again.first_last("bar") == (1, 0)
 
 
+def test_a_sync_reports_its_epoch_and_a_later_rollback_keeps_what_it_covered(
+    tmp_path: Path, disk: Disk
+) -> None:
+    store = FileStore(tmp_path)
+    store.store_msgs("foo", [("", d) for d in payloads(1, 3)])
+    assert store.sync() == 0  # what was stored in epoch 0 is durable
+    disk.room = 4096
+    with pytest.raises(StoreWriteError):  # written (and torn) while storing: a rollback
+        store.store_msgs("foo", [("", d) for d in payloads(4, 3, size=600_000)])
+    assert store.epoch == 1
+    assert datas(store) == payloads(1, 3)  # the rollback kept what the sync covered
+    disk.room = None
+    assert store.store_msg("foo", "", b"after") == 4
+    assert store.sync() == 1
+    store.close()
+    with FileStore(tmp_path) as again:
+        assert datas(again) == [*payloads(1, 3), b"after"]
+
+
 def test_a_failed_fsync_rolls_back_the_batch(tmp_path: Path, disk: Disk) -> None:
     store = FileStore(tmp_path)
     store.store_msgs("foo", [("", d) for d in payloads(1, 4)])

@@ -413,17 +413,18 @@ class FileStore(CoreStore):
         with self._sync_lock:  # a flush between a sync's write and its commit would be lost
             super().flush()
 
-    def sync(self) -> None:
+    def sync(self) -> int:
         """Write everything stored so far and fsync it (per the sync policy).
 
         Safe to call from a worker thread: the store stays usable while fsync runs. If a
         write or fsync fails, or a write failed in another thread meanwhile, everything
         since the last successful sync is rolled back and :class:`StoreWriteError` raised.
+        Returns the epoch the sync began in (no rollback came between that and the commit).
         """
         with self._sync_lock:
             with self._lock:
                 if self._closed:
-                    return
+                    return self.epoch  # close() wrote everything, or rolled it back
                 epoch = self.epoch
                 logs = list(self._dirty_logs)
                 try:
@@ -460,6 +461,7 @@ class FileStore(CoreStore):
                 retired, self._to_close = self._to_close, []
             for fd in retired:
                 os.close(fd)
+            return epoch
 
     def close(self) -> None:
         with self._sync_lock, self._lock:
