@@ -7,6 +7,7 @@ returns. Recovery never drops valid records that follow a damaged one.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,6 +134,32 @@ def test_a_rotation_failing_on_a_full_disk_rolls_back_to_the_old_segment(
     store.close()
     with FileStore(tmp_path, segment_bytes=4096) as again:
         assert datas(again) == payloads(1, 70)
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("segment_bytes", [64 << 20, 4096])
+def test_writes_refused_on_a_disk_that_stays_full_do_not_pile_up_descriptors(
+    tmp_path: Path, disk: Disk, segment_bytes: int
+) -> None:
+    store = FileStore(tmp_path, segment_bytes=segment_bytes)
+    store.store_msgs("foo", [("", d) for d in payloads(1, 12, size=1000)])
+    store.sync()  # with 4096-byte segments the last one is full: every next write rotates
+    disk.room = 0
+    before = open_fds()
+    for i in range(13, 113):
+        with pytest.raises(StoreWriteError):
+            store.store_msg("foo", "", payloads(i, 1, size=1000)[0])
+            store.sync()
+    assert open_fds() <= before
+    disk.room = None
+    assert store.store_msg("foo", "", b"after") == 13
+    store.sync()
+    store.close()
+    with FileStore(tmp_path, segment_bytes=segment_bytes) as again:
+        assert datas(again) == [*payloads(1, 12, size=1000), b"after"]
 
 
 def test_subscription_records_are_kept_and_written_once_space_returns(
