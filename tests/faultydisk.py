@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,12 +15,16 @@ class Disk:
 
     A write that does not fit is cut short, the next one fails with ENOSPC, as the kernel
     does. ``room = None`` is unlimited; ``fsync_errors`` fail that many fsyncs with EIO.
+    With ``fsync_gate`` set to an Event, fsyncs wait for it (``fsync_waiting`` is set when
+    one does): a commit held between its writes and its fsync.
     """
 
     def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         self.root = str(root)
         self.room: int | None = None
         self.fsync_errors = 0
+        self.fsync_gate: threading.Event | None = None
+        self.fsync_waiting = threading.Event()
         self._write = os.write
         self._fdatasync = os.fdatasync
         monkeypatch.setattr(os, "write", self.write)
@@ -41,6 +46,10 @@ class Disk:
         return n
 
     def fdatasync(self, fd: int) -> None:
+        gate = self.fsync_gate
+        if gate is not None and self._ours(fd):
+            self.fsync_waiting.set()
+            gate.wait(30)
         if self.fsync_errors and self._ours(fd):
             self.fsync_errors -= 1
             raise OSError(errno.EIO, os.strerror(errno.EIO))

@@ -11,6 +11,7 @@ import contextlib
 import sqlite3
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -165,6 +166,93 @@ async def test_a_full_disk_nacks_whole_batches_and_nothing_refused_is_stored(
     await env.restart()
     check(small, await stored_payloads(env.url, "small"))
     check(big, await stored_payloads(env.url, "big"))
+
+
+async def test_a_write_failing_after_a_group_commit_does_not_refuse_that_commit(
+    stan: StanFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch is committed, then a publish fails (and rolls back) before the worker's
+    report of the commit reaches the event loop (a loaded machine): the committed batch is
+    durable and must be acknowledged, not refused."""
+    disk = Disk(tmp_path, monkeypatch)
+    env = await stan(store="file", dir=str(tmp_path / "data"))
+    small = Publisher(await env.connect("small", ack_timeout=10), "small", KIB4)
+    big = Publisher(await env.connect("big", ack_timeout=10), "big", 300 * 1024)
+    assert await asyncio.gather(small.wave(1), big.wave(1)) == [0, 0]
+    store = env.server.store
+    committed, report = threading.Event(), threading.Event()
+    real_sync = store.sync
+
+    def slow_to_report() -> object:
+        try:
+            return real_sync()
+        finally:
+            committed.set()
+            report.wait(30)
+
+    monkeypatch.setattr(store, "sync", slow_to_report)
+    wave = asyncio.ensure_future(small.wave(1))
+    assert await asyncio.to_thread(committed.wait, 30)
+    disk.room = 0
+    assert await big.wave(4) == 4  # written while stored (1.2 MB): refused, rolled back
+    disk.room = None
+    report.set()
+    await wave
+    check(small, await stored_payloads(env.url, "small"))
+    assert not small.nacked
+    check(big, await stored_payloads(env.url, "big"))
+    await env.restart()
+    check(small, await stored_payloads(env.url, "small"))
+    check(big, await stored_payloads(env.url, "big"))
+
+
+async def test_a_publish_stored_between_two_rollbacks_is_refused(
+    stan: StanFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a group commit waits in fsync, a channel cannot be created on the full disk (a
+    rollback in the event loop); a publish is stored; the commit then finds it was undercut
+    and rolls back again before the server has looked at the store: the publish is gone and
+    must be refused, not acknowledged by the next commit."""
+    disk = Disk(tmp_path, monkeypatch)
+    env = await stan(store="file", dir=str(tmp_path / "data"))
+    pub = Publisher(await env.connect("pub", ack_timeout=10), "a", 100)
+    other = Publisher(await env.connect("other", ack_timeout=10), "b", 100)
+    subscriber = await env.connect("sub")
+    assert await asyncio.gather(pub.wave(1), other.wave(1)) == [0, 0]
+    store = env.server.store
+    real_store, real_sync = store.store_msgs, store.sync
+    failed = threading.Event()
+
+    def sync() -> object:
+        try:
+            return real_sync()
+        finally:
+            failed.set()
+
+    def store_then_commit_fails(*args: object, **kw: object) -> object:
+        seqs = real_store(*args, **kw)
+        assert disk.fsync_gate is not None
+        disk.fsync_gate.set()  # the held commit goes on, finds the rollback, rolls back
+        assert failed.wait(30)
+        return seqs
+
+    monkeypatch.setattr(store, "sync", sync)
+    disk.fsync_gate = threading.Event()
+    first = asyncio.ensure_future(pub.wave(1))
+    assert await asyncio.to_thread(disk.fsync_waiting.wait, 30)
+    disk.room = 0
+    with pytest.raises(StanError, match="No space left on device"):
+        await subscriber.subscribe("new", cb=Inbox())
+    disk.room = None
+    monkeypatch.setattr(store, "store_msgs", store_then_commit_fails)
+    await asyncio.gather(first, other.wave(1))
+    monkeypatch.setattr(store, "store_msgs", real_store)
+    check(pub, await stored_payloads(env.url, "a"))
+    check(other, await stored_payloads(env.url, "b"))
+    assert len(pub.nacked) == len(other.nacked) == 1
+    await env.restart()
+    check(pub, await stored_payloads(env.url, "a"))
+    check(other, await stored_payloads(env.url, "b"))
 
 
 async def test_sqlite_store_refusing_writes_nacks_and_recovers(tmp_path: Path) -> None:

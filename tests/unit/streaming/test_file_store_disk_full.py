@@ -7,6 +7,7 @@ returns. Recovery never drops valid records that follow a damaged one.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,6 +80,25 @@ def test_a_write_failing_while_storing_rolls_back_every_unsynced_message(
         assert again.first_last("bar") == (1, 0)
 
 
+def test_a_sync_reports_its_epoch_and_a_later_rollback_keeps_what_it_covered(
+    tmp_path: Path, disk: Disk
+) -> None:
+    store = FileStore(tmp_path)
+    store.store_msgs("foo", [("", d) for d in payloads(1, 3)])
+    assert store.sync() == 0  # what was stored in epoch 0 is durable
+    disk.room = 4096
+    with pytest.raises(StoreWriteError):  # written (and torn) while storing: a rollback
+        store.store_msgs("foo", [("", d) for d in payloads(4, 3, size=600_000)])
+    assert store.epoch == 1
+    assert datas(store) == payloads(1, 3)  # the rollback kept what the sync covered
+    disk.room = None
+    assert store.store_msg("foo", "", b"after") == 4
+    assert store.sync() == 1
+    store.close()
+    with FileStore(tmp_path) as again:
+        assert datas(again) == [*payloads(1, 3), b"after"]
+
+
 def test_a_failed_fsync_rolls_back_the_batch(tmp_path: Path, disk: Disk) -> None:
     store = FileStore(tmp_path)
     store.store_msgs("foo", [("", d) for d in payloads(1, 4)])
@@ -114,6 +134,32 @@ def test_a_rotation_failing_on_a_full_disk_rolls_back_to_the_old_segment(
     store.close()
     with FileStore(tmp_path, segment_bytes=4096) as again:
         assert datas(again) == payloads(1, 70)
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("segment_bytes", [64 << 20, 4096])
+def test_writes_refused_on_a_disk_that_stays_full_do_not_pile_up_descriptors(
+    tmp_path: Path, disk: Disk, segment_bytes: int
+) -> None:
+    store = FileStore(tmp_path, segment_bytes=segment_bytes)
+    store.store_msgs("foo", [("", d) for d in payloads(1, 12, size=1000)])
+    store.sync()  # with 4096-byte segments the last one is full: every next write rotates
+    disk.room = 0
+    before = open_fds()
+    for i in range(13, 113):
+        with pytest.raises(StoreWriteError):
+            store.store_msg("foo", "", payloads(i, 1, size=1000)[0])
+            store.sync()
+    assert open_fds() <= before
+    disk.room = None
+    assert store.store_msg("foo", "", b"after") == 13
+    store.sync()
+    store.close()
+    with FileStore(tmp_path, segment_bytes=segment_bytes) as again:
+        assert datas(again) == [*payloads(1, 12, size=1000), b"after"]
 
 
 def test_subscription_records_are_kept_and_written_once_space_returns(

@@ -494,7 +494,7 @@ def test_a_refused_transaction_rolls_back_its_messages_and_the_store_stays_usabl
             store.sync()
         assert store.first_last("foo") == (1, 2)
     assert store.store_msg("foo", "", b"e") == 3
-    store.sync()
+    assert store.sync() == store.epoch == 2  # the epoch "e" was stored in: it is durable
     again = reopen(open_, store)
     assert [m.data for m in again.get_msgs("foo", 1, 10)] == [b"a", b"b", b"e"]
     assert again.first_last("bar") == (1, 0)

@@ -672,7 +672,7 @@ class StreamingServer:
             except StoreWriteError as exc:
                 # The store rolled back every message not yet synced, this one's too.
                 log.error("streaming %s", exc)
-                self._nack_waiting(f"stan: {exc}")
+                self._nack_waiting(f"stan: {exc}", store.epoch)
                 for reply, guid in acks:
                     self._pub_err(reply, guid, f"stan: {exc}")
                 continue
@@ -680,9 +680,12 @@ class StreamingServer:
                 for reply, guid in acks:
                     self._pub_err(reply, guid, str(exc))
                 continue
-            if store.last_store_epoch != self._waiting_epoch:
-                # A sync failed in the worker meanwhile: what was waiting is gone.
-                self._nack_waiting(f"stan: {E_ROLLED_BACK}")
+            stored_in = store.last_store_epoch
+            if stored_in != self._waiting_epoch:
+                # A rollback came since the others were stored: what was waiting is gone.
+                # These wait in the epoch they were stored in, not in store.epoch, which a
+                # failing sync may have moved on again since (and then they are gone too).
+                self._nack_waiting(f"stan: {E_ROLLED_BACK}", stored_in)
             ch.stored = seqs[-1]
             ch.last_activity = now
             if self._threaded_sync:
@@ -695,16 +698,16 @@ class StreamingServer:
         if self._threaded_sync:
             self._request_sync()
 
-    def _nack_waiting(self, err: str) -> None:
+    def _nack_waiting(self, err: str, epoch: int) -> None:
         """The store rolled back what was not synced: nack the publishes waiting for a sync.
 
-        Afterwards, what waits was stored in the store's current epoch.
+        What waits from now on was stored in store epoch ``epoch``.
         """
         waiting, self._acks_waiting = self._acks_waiting, []
         for reply, guid in waiting:
             self._pub_err(reply, guid, err)
         self._unsynced = {}
-        self._waiting_epoch = self.store.epoch
+        self._waiting_epoch = epoch
 
     def _send_pub_acks(self, acks: list[tuple[str, str]]) -> None:
         heads = _PUBACK_HEADS
@@ -748,12 +751,15 @@ class StreamingServer:
         fut = self.loop.run_in_executor(self._executor, self.store.sync)
         fut.add_done_callback(lambda f: self._sync_done(f, acks, chans, epoch))
 
-    def _sync_done(self, fut: asyncio.Future[None], acks: list[tuple[str, str]],
+    def _sync_done(self, fut: asyncio.Future[int], acks: list[tuple[str, str]],
                    chans: dict[Channel, int], epoch: int) -> None:
         """``acks`` are the publishes the sync was to cover, stored in store epoch ``epoch``."""
         self._sync_inflight = False
         exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
-        if exc is None and self.store.epoch != epoch:
+        # Compare with the epoch the sync covered, not the store's epoch now: a write that
+        # failed on this loop after the commit (before this callback ran) rolled back only
+        # what came after it, and what the sync committed must still be acknowledged.
+        if exc is None and fut.result() != epoch:
             exc = StoreWriteError(E_ROLLED_BACK)  # rolled back before this sync wrote them
         if exc is not None:
             log.error("streaming store sync failed: %s", exc)
@@ -761,7 +767,7 @@ class StreamingServer:
             for reply, guid in acks:
                 self._pub_err(reply, guid, f"stan: {err}")
             if self.store.epoch != self._waiting_epoch:
-                self._nack_waiting(f"stan: {err}")
+                self._nack_waiting(f"stan: {err}", self.store.epoch)
         else:
             for ch, last in chans.items():
                 if last > ch.deliverable:

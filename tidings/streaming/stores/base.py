@@ -379,9 +379,13 @@ class Store(ABC):
     def flush(self) -> None: ...
 
     @abstractmethod
-    def sync(self) -> None:
-        """Make every change so far durable (per the sync policy).
+    def sync(self) -> int:
+        """Make every change so far durable (per the sync policy); the epoch it covered.
 
+        Every message stored in the returned epoch before the call is durable; one stored in
+        an earlier epoch had been rolled back before the sync began. A rollback after the
+        sync returned (a write failing in another thread meanwhile) does not touch what it
+        covered, so callers compare with this value, not with :attr:`epoch` read later.
         Raises :class:`StoreWriteError` if that failed; then every message stored since the
         last successful sync is rolled back (other state is kept and written next time).
         """

@@ -585,14 +585,20 @@ class CoreStore(Store):
 
     def flush(self) -> None:
         with self._lock:
-            if not self._closed:
-                try:
-                    self._flush_locked()
-                except OSError as exc:
-                    raise self._write_failed(exc) from exc
+            self._flush_if_open()
 
-    def sync(self) -> None:
-        self.flush()
+    def sync(self) -> int:
+        with self._lock:
+            self._flush_if_open()
+            return self.epoch
+
+    def _flush_if_open(self) -> None:
+        """:meth:`_flush_locked` unless closed; a failure is rolled back (lock held)."""
+        if not self._closed:
+            try:
+                self._flush_locked()
+            except OSError as exc:
+                raise self._write_failed(exc) from exc
 
     def close(self) -> None:
         with self._lock:

@@ -154,7 +154,8 @@ class FileStore(CoreStore):
         self.cache_msgs = cache_msgs
         self.truncate_corrupt = truncate_corrupt
         self._sync_lock = threading.Lock()
-        self._to_close: list[int] = []
+        self._to_close: list[int] = []  # retired descriptors, closed when no fsync runs
+        self._fsyncing = False  # a sync is fsyncing (outside the lock)
         self._fsync_fds: set[int] = set()
         self._dirty_logs: set[FileMsgLog] = set()
         self._dirty_subs: set[Channel] = set()
@@ -386,6 +387,16 @@ class FileStore(CoreStore):
         if clients.unsynced or clients.size != clients.synced_size:
             clients.rollback()
         self._clients_dirty = bool(clients.buf)
+        if not self._fsyncing:
+            # Each rollback retires descriptors: close them now, or a disk that stays full
+            # (publishes refused, no sync succeeding) would use up the process's descriptors.
+            self._close_retired_locked()
+
+    def _close_retired_locked(self) -> None:
+        """Close the retired descriptors (no fsync may be running on them)."""
+        retired, self._to_close = self._to_close, []
+        for fd in retired:
+            os.close(fd)
 
     def _maybe_compact(
         self,
@@ -413,53 +424,65 @@ class FileStore(CoreStore):
         with self._sync_lock:  # a flush between a sync's write and its commit would be lost
             super().flush()
 
-    def sync(self) -> None:
+    def sync(self) -> int:
         """Write everything stored so far and fsync it (per the sync policy).
 
         Safe to call from a worker thread: the store stays usable while fsync runs. If a
         write or fsync fails, or a write failed in another thread meanwhile, everything
         since the last successful sync is rolled back and :class:`StoreWriteError` raised.
+        Returns the epoch the sync began in (no rollback came between that and the commit).
         """
         with self._sync_lock:
-            with self._lock:
-                if self._closed:
-                    return
-                epoch = self.epoch
-                logs = list(self._dirty_logs)
-                try:
-                    self._flush_locked()
-                except OSError as exc:
-                    raise self._write_failed(exc) from exc
-                marks = [(log, log.mark()) for log in logs]
-                written, self._written = self._written, set()
-                now = time.monotonic()
-                due = self.sync_policy == "batch" or (
-                    self.sync_policy == "interval" and now - self._last_sync >= self.sync_interval
-                )
-                fds: list[int] = []
-                if due:
-                    fds = list(self._fsync_fds)
-                    self._fsync_fds.clear()
-                    self._last_sync = now
             try:
-                for fd in fds:
-                    _fsync(fd)
-            except OSError as exc:
+                return self._sync_turn()
+            finally:
+                # No fsync runs now (syncs take turns): what was retired meanwhile can go.
                 with self._lock:
-                    raise self._write_failed(exc) from exc
-            with self._lock:
-                if self.epoch != epoch:
-                    # A write failed meanwhile: what this sync wrote may be gone. Roll back
-                    # again so that a failed sync always means "nothing since the last one".
-                    self._rollback_locked()
-                    raise StoreWriteError("store write failed while syncing: rolled back")
-                for log, mark in marks:
-                    log.commit(mark)
-                for rlog in written:
-                    rlog.commit()
-                retired, self._to_close = self._to_close, []
-            for fd in retired:
-                os.close(fd)
+                    self._close_retired_locked()
+
+    def _sync_turn(self) -> int:
+        """:meth:`sync` with ``_sync_lock`` held."""
+        with self._lock:
+            if self._closed:
+                return self.epoch  # close() wrote everything, or rolled it back
+            epoch = self.epoch
+            logs = list(self._dirty_logs)
+            try:
+                self._flush_locked()
+            except OSError as exc:
+                raise self._write_failed(exc) from exc
+            marks = [(log, log.mark()) for log in logs]
+            written, self._written = self._written, set()
+            now = time.monotonic()
+            due = self.sync_policy == "batch" or (
+                self.sync_policy == "interval" and now - self._last_sync >= self.sync_interval
+            )
+            fds: list[int] = []
+            if due:
+                fds = list(self._fsync_fds)
+                self._fsync_fds.clear()
+                self._last_sync = now
+            self._fsyncing = True
+        failed: OSError | None = None
+        try:
+            for fd in fds:
+                _fsync(fd)
+        except OSError as exc:
+            failed = exc
+        with self._lock:
+            self._fsyncing = False
+            if failed is not None:
+                raise self._write_failed(failed) from failed
+            if self.epoch != epoch:
+                # A write failed meanwhile: what this sync wrote may be gone. Roll back
+                # again so that a failed sync always means "nothing since the last one".
+                self._rollback_locked()
+                raise StoreWriteError("store write failed while syncing: rolled back")
+            for log, mark in marks:
+                log.commit(mark)
+            for rlog in written:
+                rlog.commit()
+        return epoch
 
     def close(self) -> None:
         with self._sync_lock, self._lock:

@@ -300,13 +300,17 @@ class FileMsgLog(IndexedMsgLog):
                 old.fd = old.ifd = -1
         seg = Segment(self.dir, first_seq)
         seg.first_ts = ts
-        fd = os.open(seg.dat, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
-        write_all(fd, DAT_MAGIC)
-        seg.fd = fd
-        seg.ifd = os.open(seg.idx, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
-        write_all(seg.ifd, IDX_MAGIC)
-        if self.sync_on_rotate:
-            fsync_dir(self.dir)
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+        try:
+            seg.fd = os.open(seg.dat, flags, 0o644)
+            write_all(seg.fd, DAT_MAGIC)
+            seg.ifd = os.open(seg.idx, flags, 0o644)
+            write_all(seg.ifd, IDX_MAGIC)
+            if self.sync_on_rotate:
+                fsync_dir(self.dir)
+        except OSError:
+            self._remove_segment(seg)  # a full disk: neither its files nor their fds stay
+            raise
         self.segs.append(seg)
         return seg
 

@@ -605,21 +605,23 @@ class SqlStore(CoreStore):
     def flush(self) -> None:
         self.sync()
 
-    def sync(self) -> None:
+    def sync(self) -> int:
         """Write all buffered changes in one transaction and commit.
 
         Safe to call from a worker thread; storing continues meanwhile. If the database
         refuses the transaction, the messages not yet committed are rolled back, the other
-        changes are kept for the next sync, and :class:`StoreWriteError` is raised.
+        changes are kept for the next sync, and :class:`StoreWriteError` is raised. Returns
+        the epoch the batch was taken in (only a failed sync rolls back, and syncs take turns).
         """
         with self._sync_lock:
             taken = _Taken()
             with self._lock:
+                epoch = self.epoch
                 if self._closed:
-                    return
+                    return epoch
                 batch = self._take_batch(taken)
             if not batch:
-                return
+                return epoch
             try:
                 self._write(batch)
             except Exception as exc:
@@ -631,6 +633,7 @@ class SqlStore(CoreStore):
                     log: SqlMsgLog = ch.log  # type: ignore[assignment]
                     log.inflight = []
                     log.durable_last = max(log.durable_last, last)
+            return epoch
 
     def _rollback_locked(self, taken: _Taken) -> None:
         """Forget the uncommitted messages; queue the other changes of ``taken`` again."""
