@@ -189,9 +189,11 @@ def start_reference(port: int | None = None, extra_args: list[str] | None = None
 
 
 def start_configured(kind: str, conf_text: str, extra_args: list[str] | None = None,
-                     port: int | None = None) -> RunningServer:
-    """Start tidings (without streaming) or the reference ("tidings" | "reference") on a
-    configuration file holding `conf_text`, listening on a free 127.0.0.1 port."""
+                     port: int | None = None, streaming: bool = True) -> RunningServer:
+    """Start tidings or the reference ("tidings" | "reference") on a configuration file
+    holding `conf_text`, listening on a free 127.0.0.1 port. tidings starts as a user starts
+    it, with its embedded streaming server (`streaming=False` only where a test is about
+    something that streaming would disturb)."""
     port = port or free_port()
     fd, conf = tempfile.mkstemp(suffix=".conf", prefix=f"{kind}-")
     with os.fdopen(fd, "w") as f:
@@ -199,7 +201,9 @@ def start_configured(kind: str, conf_text: str, extra_args: list[str] | None = N
     if kind == "reference":
         cmd = [nats_server_binary()]
     else:
-        cmd = [sys.executable, "-m", "tidings", "server", "--no_streaming"]
+        cmd = [sys.executable, "-m", "tidings", "server"]
+        if not streaming:
+            cmd.append("--no_streaming")
     cmd += ["-a", "127.0.0.1", "-p", str(port), "-c", conf, *(extra_args or [])]
     log_fd, log_path = tempfile.mkstemp(suffix=".log", prefix=f"{kind}-")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log_fd)

@@ -14,7 +14,7 @@ from tests.servers import RunningServer, start_reference, start_tidings
 
 # `tidings server` embeds the streaming server, whose internal client needs more than the
 # small control line; the core-server tests run tidings without it where options differ.
-NO_STREAMING = ["--no_streaming"]
+NO_STREAMING = ["--no_streaming"]  # only where a test is about something streaming disturbs
 
 # Options of the configurations the differential and raw tests share. The same keyword
 # options start both servers (tests/servers.py turns them into flags or a config file).
@@ -46,14 +46,14 @@ class ServerPair:
                 old = os.environ.get("TIDINGS_PURE_PYTHON")
                 os.environ["TIDINGS_PURE_PYTHON"] = "1"
                 try:
-                    self._servers[key] = start_tidings(extra_args=NO_STREAMING, **opts)
+                    self._servers[key] = start_tidings(**opts)
                 finally:
                     if old is None:
                         del os.environ["TIDINGS_PURE_PYTHON"]
                     else:
                         os.environ["TIDINGS_PURE_PYTHON"] = old
             else:
-                self._servers[key] = start_tidings(extra_args=NO_STREAMING, **opts)
+                self._servers[key] = start_tidings(**opts)
         return self._servers[key]
 
     def stop(self) -> None:
@@ -125,9 +125,10 @@ def start(kind: str) -> Iterator[Callable[..., RunningServer]]:
 
     def start_kind(**opts: Any) -> RunningServer:
         if kind == "tidings":
-            # Without the embedded streaming server: its own connections would count
-            # against max_connections, and the reference has none.
-            return start_tidings(extra_args=NO_STREAMING, **opts)
+            # As a user starts it, streaming on: its own connection is internal (no
+            # max_connections slot, no credentials), so the limits and logins compared
+            # with the reference are the clients' alone.
+            return start_tidings(**opts)
         return start_reference(**opts)
 
     yield from server_factory(start_kind)

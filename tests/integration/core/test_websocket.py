@@ -60,7 +60,7 @@ class WsServer:
 
 def command(kind: str, conf: Path) -> list[str]:
     if kind == "tidings":
-        return [sys.executable, "-m", "tidings", "server", "--no_streaming", "-c", str(conf)]
+        return [sys.executable, "-m", "tidings", "server", "-c", str(conf)]  # streaming on
     return [nats_server_binary(), "-c", str(conf)]
 
 
