@@ -291,13 +291,13 @@ def go_style(argv: list[str], known: set[str], switches: set[str] | None = None)
             arg = name[1:] + eq + value
         elif (name.startswith("-") and not name.startswith("--") and len(name) > 2
               and name not in known):
-            if "-" + name in known or _go_style_unknown(name, known, switches or set()):
+            if "-" + name in known or _go_style_unknown(name, switches or set()):
                 arg = "-" + name + eq + value
         out.append(arg)
     return out
 
 
-def _go_style_unknown(name: str, known: set[str], switches: set[str]) -> bool:
+def _go_style_unknown(name: str, switches: set[str]) -> bool:
     """Whether `-word` is a flag name no flag has, not short flags run together."""
     word = name[1:]
     if not word.replace("_", "").isalpha():
