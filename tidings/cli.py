@@ -12,6 +12,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from .flagparser import FlagParser, UsageError, report
+from .oserrors import about, describe
 from .server.options import ServerOptions, add_server_arguments, options_from_args
 
 # In a cluster, how long embedded streaming waits for the seed routes before it looks for
@@ -23,8 +25,11 @@ def _setup_logging(quiet: bool, debug: bool, trace: bool = False, logtime: bool 
                    log_file: str = "", size_limit: int = 0) -> None:
     from .logs import setup
 
-    setup(quiet=quiet, debug=debug, trace=trace, logtime=logtime, log_file=log_file,
-          size_limit=size_limit)
+    try:
+        setup(quiet=quiet, debug=debug, trace=trace, logtime=logtime, log_file=log_file,
+              size_limit=size_limit)
+    except OSError as exc:
+        raise about("log file", log_file, exc) from exc
 
 
 def _cmd_server(args: argparse.Namespace) -> int:
@@ -70,6 +75,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
         sopts = streaming_options(args, sbase)
 
         async def extra_start(core: Any) -> None:
+            _log_streaming_banner(sopts, core.options)
             # The streaming modules load in a thread: the core serves its first clients
             # meanwhile instead of waiting for the imports.
             await asyncio.to_thread(importlib.import_module, "tidings.streaming.server.runner")
@@ -112,14 +118,31 @@ def _cmd_server(args: argparse.Namespace) -> int:
     return 0
 
 
+def _log_streaming_banner(sopts: Any, core: ServerOptions | None = None) -> None:
+    """Where embedded (core's options given) or standalone streaming keeps its messages,
+    and where it is monitored: on the core's -m port when embedded."""
+    from .streaming.server.banner import log_banner, monitoring_url
+
+    if core is None:
+        where = monitoring_url("http", sopts.http_host, sopts.http_port)
+    elif core.https_port and not core.http_port:
+        where = monitoring_url("https", core.host, core.https_port)
+    else:
+        where = monitoring_url("http", core.host, core.http_port)
+    log_banner(sopts, where)
+
+
 @contextlib.contextmanager
 def _pid_file(path: str) -> Iterator[None]:
     """Write our PID to `path` (-P) while the server runs, as the reference does."""
     if not path:
         yield
         return
-    with open(path, "w", encoding="ascii") as f:
-        f.write(str(os.getpid()))
+    try:
+        with open(path, "w", encoding="ascii") as f:
+            f.write(str(os.getpid()))
+    except OSError as exc:
+        raise about("pid file", path, exc) from exc
     try:
         yield
     finally:
@@ -140,6 +163,7 @@ def _cmd_streaming(args: argparse.Namespace) -> int:
     install_uvloop()
     give_back = keep_freed_memory()
     sopts = streaming_options(args)
+    _log_streaming_banner(sopts)
     try:
         asyncio.run(giving_back(give_back, run_standalone(sopts)))
     except KeyboardInterrupt:
@@ -153,10 +177,8 @@ def _cmd_import_ref(args: argparse.Namespace) -> int:
     from .streaming.server.options import open_store_for
 
     sopts = streaming_options(args)
-    if sopts.store == "memory":
-        print("import-ref: choose a durable store (--store file --dir DIR, or --store sql)",
-              file=sys.stderr)
-        return 2
+    if sopts.store == "memory" or (sopts.store == "file" and not sopts.dir):
+        raise UsageError("choose a durable store (--store file --dir DIR, or --store sql)")
     check_source(args.source)  # before the store exists: a bad source creates nothing
     store = open_store_for(sopts)
     try:
@@ -205,7 +227,8 @@ def _configure_streaming(stan: argparse.ArgumentParser) -> None:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line; with `command` ("server", ...) the other commands get only their
     names, so that starting a server does not import the benchmark tools or Spark's."""
-    parser = argparse.ArgumentParser(prog="tidings", description=__doc__)
+    parser = FlagParser(prog="tidings", description=__doc__)
+    parser.usage_on_error = True  # one line: the commands
     commands = parser.add_subparsers(dest="command", required=True)
 
     # No abbreviations: `-c` must never be taken for `-cid`, nor `--clus` for anything.
@@ -249,25 +272,37 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """What a user's input or environment causes (a port in use, a bad path or address, a
     refused option, a server that cannot be reached): a message, never a traceback."""
     from .client.errors import Error as ClientError
+    from .streaming.server.errors import CannotStart
     from .streaming.stores.base import StoreError
 
-    return OSError, ValueError, StoreError, ClientError
+    return OSError, ValueError, StoreError, ClientError, CannotStart
 
 
-def go_style(argv: list[str], known: set[str]) -> list[str]:
+def go_style(argv: list[str], known: set[str], switches: set[str] | None = None) -> list[str]:
     """nats-server parses its flags with Go's flag package, where `-name` and `--name` are
     the same flag: spell each the way it is declared here (`-routes` is `--routes`, `--ms`
-    is `-ms`), leaving values and unknown words alone."""
+    is `-ms`), leaving values and unknown words alone. A `-name` that is no flag (Go style,
+    mistyped) becomes `--name`, an unknown flag, rather than `-n` with the value `ame`;
+    `-DV` (the `switches` -D and -V at once) and `-p4222` stay as argparse reads them."""
     out: list[str] = []
     for arg in argv:
         name, eq, value = arg.partition("=")
         if name.startswith("--") and name not in known and name[1:] in known:
             arg = name[1:] + eq + value
         elif (name.startswith("-") and not name.startswith("--") and len(name) > 2
-              and name not in known and "-" + name in known):
-            arg = "-" + name + eq + value
+              and name not in known):
+            if "-" + name in known or _go_style_unknown(name, switches or set()):
+                arg = "-" + name + eq + value
         out.append(arg)
     return out
+
+
+def _go_style_unknown(name: str, switches: set[str]) -> bool:
+    """Whether `-word` is a flag name no flag has, not short flags run together."""
+    word = name[1:]
+    if not word.replace("_", "").isalpha():
+        return False  # -p4222: -p and its value
+    return not all(f"-{c}" in switches for c in word)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,15 +310,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(argv[0] if argv and not argv[0].startswith("-") else None)
     if argv and argv[0] == "server":
         server = parser._subparsers._group_actions[0].choices["server"]  # type: ignore[union-attr]
-        argv = ["server", *go_style(argv[1:], set(server._option_string_actions))]
+        flags = server._option_string_actions
+        switches = {o for o, a in flags.items() if len(o) == 2 and a.nargs == 0}
+        argv = ["server", *go_style(argv[1:], set(flags), switches)]
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except _user_errors() as exc:
         if getattr(args, "debug", False):
             logging.getLogger("tidings").exception("%s failed", args.command)
-        print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
-        return 1
+        return report(f"{parser.prog} {_command(args)}", describe(exc), exc)
+
+
+def _command(args: argparse.Namespace) -> str:
+    """`server`, `streaming`, `streaming import-ref`: the command that failed."""
+    sub = getattr(args, "streaming_command", None)
+    return f"{args.command} {sub}" if sub not in (None, "run") else args.command
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ import collections
 import contextlib
 import json
 import logging
-import os
 import secrets
 import signal
 import sys
@@ -16,6 +15,7 @@ from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from ..oserrors import StartError, listen_error
 from ..pipe import open_pipe
 from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
 from ..signals import SERVER_SIGNALS, trap_unsupported_signals
@@ -98,7 +98,10 @@ class Server:
         self.bcrypt = Bcrypt()
 
     # -- lifecycle -----------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, announce: bool = True) -> None:
+        """Listen (clients, then monitoring, routes, WebSocket); a listener that cannot
+        start is an OSError naming it and its address. `announce`: log that the server is
+        ready (else the caller does, once what it starts beside is up)."""
         log.info("Starting tidings server")
         log.info("  Version:  %s (tidings %s)", NATS_VERSION, __version__)
         log.debug("  Python:   %s", sys.version.split()[0])
@@ -116,16 +119,22 @@ class Server:
         self.client_kind = kind
         if opts.tls is not None:
             from .tls import server_context
-            from .tls_session import TLSListener, client_greeter
 
             self.tls_context = server_context(opts.tls)
-            self._listener = await TLSListener(  # type: ignore[assignment]
-                self.tls_context, opts.tls.timeout, client_greeter(self, lambda: kind(self))
-            ).start(opts.host, opts.port)
-        else:
-            self._listener = await self.loop.create_server(
-                lambda: kind(self), opts.host, opts.port, reuse_address=True, backlog=4096
-            )
+        try:
+            if opts.tls is not None:
+                from .tls_session import TLSListener, client_greeter
+
+                self._listener = await TLSListener(  # type: ignore[assignment]
+                    self.tls_context, opts.tls.timeout, client_greeter(self, lambda: kind(self))
+                ).start(opts.host, opts.port)
+            else:
+                self._listener = await self.loop.create_server(
+                    lambda: kind(self), opts.host, opts.port, reuse_address=True, backlog=4096
+                )
+        except OSError as exc:
+            # As the reference words it (each listener below names itself too).
+            raise listen_error("error listening on port", opts.host, opts.port, exc) from exc
         self.port = self._listener.sockets[0].getsockname()[1]
         self.build_info()
         if opts.write_deadline > 0:
@@ -141,9 +150,11 @@ class Server:
             port = opts.http_port or opts.https_port
             try:
                 await self.monitor.start(opts.host, port, secure=secure)
-            except OSError:
+            except OSError as exc:
                 self._listener.close()
-                raise
+                raise listen_error("can't start monitoring: can't listen to the "
+                                   f"{'https ' if secure else ''}monitor port", opts.host,
+                                   port, exc) from exc
             log.info("Starting %s monitor on %s:%d", "https" if secure else "http", opts.host,
                      port)
         if opts.cluster:
@@ -152,19 +163,22 @@ class Server:
             self.cluster = Cluster(self)
             try:
                 await self.cluster.start()
-            except OSError:
+            except OSError as exc:
                 self._listener.close()
-                raise
+                listen = self.cluster.listen
+                raise listen_error("error listening on router", listen.host, listen.port,
+                                   exc) from exc
         if opts.websocket is not None:
             from .websocket import WebSocketListener
 
             self.ws_listener = WebSocketListener(self, opts.websocket)
             try:
                 await self.ws_listener.start()
-            except OSError:
+            except OSError as exc:
                 self._listener.close()
-                raise
-        log.info("Server is ready")
+                raise StartError(self.ws_listener.listen_error(exc)) from exc
+        if announce:
+            log.info("Server is ready")
 
     def set_auth(self) -> None:
         """Build the users and permissions from the options again (on reload)."""
@@ -660,22 +674,13 @@ async def run(
 ) -> None:
     """Run a server until SIGINT or SIGTERM, then shut down cleanly.
 
-    A failure to listen is an OSError naming the address; one in ``extra_start`` (the
-    embedded streaming server) shuts the server down and is raised."""
+    A failure to listen is an OSError naming the listener and its address; one in
+    ``extra_start`` (the embedded streaming server) shuts the server down and is raised.
+    The server is announced ready once ``extra_start`` has returned."""
     server = Server(options)
     loop = asyncio.get_running_loop()
     trap_unsupported_signals(loop, SERVER_SIGNALS)
-    try:
-        await server.start()
-    except OSError as exc:
-        if server.ws_listener is not None and not server.ws_listener.listening:
-            raise OSError(server.ws_listener.listen_error(exc)) from exc
-        # As the reference words it: the client port, or the route port ("router").
-        what, host, port = "port", options.host, options.port
-        if server.cluster is not None and server.port:
-            what, host, port = "router", server.cluster.listen.host, server.cluster.listen.port
-        reason = os.strerror(exc.errno) if (exc.errno or 0) > 0 else exc.strerror or str(exc)
-        raise OSError(f"error listening on {what}: {host}:{port}, {reason}") from exc
+    await server.start(announce=extra_start is None)
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGUSR2, server.enter_lame_duck)
         if reload_options is not None:
@@ -685,11 +690,12 @@ async def run(
             loop.add_signal_handler(sig, server.request_stop)
         except (NotImplementedError, RuntimeError):
             pass
-    try:
-        if extra_start is not None:
+    if extra_start is not None:
+        try:
             await extra_start(server)
-    except BaseException:
-        await server.shutdown()
-        raise
+        except BaseException:
+            await server.shutdown()
+            raise
+        log.info("Server is ready")  # only once everything started
     await server.serve_forever()
     log.info("Server Exiting..")

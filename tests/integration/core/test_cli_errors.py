@@ -63,7 +63,7 @@ def test_unresolvable_address() -> None:
 def test_out_of_range_ports_are_refused(flag: str, value: str) -> None:
     # The reference: 'listen tcp: address 70000: invalid port', exit code 1.
     assert reference("-a", "127.0.0.1", flag, value).returncode != 0
-    assert_one_line_error(tidings("server", "-a", "127.0.0.1", flag, value), 2,
+    assert_one_line_error(tidings("server", "-a", "127.0.0.1", flag, value), 1,
                           "invalid port", value)
 
 
@@ -76,7 +76,7 @@ def test_port_numbers() -> None:
 
 @pytest.mark.parametrize("value", ["0", "-1"])
 def test_max_payload_must_be_positive(value: str) -> None:
-    assert_one_line_error(tidings("server", "--max_payload", value), 2, "--max_payload", value)
+    assert_one_line_error(tidings("server", "--max_payload", value), 1, "--max_payload", value)
 
 
 def test_max_payload_above_max_pending() -> None:
@@ -142,7 +142,7 @@ def test_routes_without_a_cluster_listener() -> None:
 
 @pytest.mark.parametrize("url", ["bogus", "nats://127.0.0.1", "http://127.0.0.1:6222"])
 def test_unusable_route_urls(url: str) -> None:
-    assert_one_line_error(tidings("server", "--routes", url, "--no_streaming"), 2, "route URL")
+    assert_one_line_error(tidings("server", "--routes", url, "--no_streaming"), 1, "route URL")
 
 
 @pytest.mark.parametrize(("conf", "words"), [
@@ -153,3 +153,164 @@ def test_max_payload_bounds_in_a_file(tmp_path: Path, conf: str, words: str) -> 
     path = tmp_path / "mp.conf"
     path.write_text(conf)
     assert_one_line_error(tidings("server", "-t", "-c", str(path)), 1, "max_payload", words)
+
+
+# --- issue 21, item 7: what a new user trips over ------------------------------------------
+
+def stderr_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    return proc.stderr.strip().splitlines()
+
+
+@pytest.mark.parametrize("args", [
+    ("server", "-p", "abc"),
+    ("server", "--max_payload", "lots"),
+    ("server", "-T", "maybe"),
+    ("server", "--store", "paper"),
+    ("server", "--routes", "bogus"),
+    ("streaming", "-m", "abc"),
+    ("streaming", "--max_age", "forever"),
+], ids=lambda a: " ".join(a))
+def test_a_bad_value_is_one_error_line_and_exit_1(args: tuple[str, ...]) -> None:
+    # The README's promise: one `error:` line and exit code 1, never pages of usage.
+    proc = tidings(*args)
+    assert proc.returncode == 1, proc.stderr
+    assert len(stderr_lines(proc)) == 1, proc.stderr
+    assert stderr_lines(proc)[0].startswith(f"tidings {args[0]}: error: argument "), proc.stderr
+    assert args[-1] in proc.stderr
+
+
+@pytest.mark.parametrize(("args", "closest"), [
+    (("server", "--max_paylod", "5"), "--max_payload"),
+    (("server", "-max_paylod", "5"), "--max_payload"),  # Go style: -name is --name
+    (("server", "--max_payload=5", "--clustr", "nats://127.0.0.1:6222"), "--cluster"),
+    (("server", "--no_stremaing"), "--no_streaming"),
+    (("streaming", "--cluster_idd", "x"), "--cluster_id"),
+    (("streaming", "import-ref", "d", "--sotre", "file"), "--store"),
+], ids=lambda a: " ".join(a) if isinstance(a, tuple) else a)
+def test_a_mistyped_flag_gets_the_closest_one(args: tuple[str, ...], closest: str) -> None:
+    proc = tidings(*args)
+    assert proc.returncode == 2, proc.stderr
+    lines = stderr_lines(proc)
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("tidings "), proc.stderr
+    assert lines[0].endswith(f"did you mean {closest}?"), proc.stderr
+
+
+def test_an_unknown_flag_without_a_close_one() -> None:
+    assert "flag provided but not defined" in reference("--zzzzqqq").stderr
+    proc = tidings("server", "--zzzzqqq")
+    assert proc.returncode == 2, proc.stderr
+    assert stderr_lines(proc) == [
+        "tidings server: error: unknown flag --zzzzqqq (tidings server --help lists the flags)"]
+
+
+def test_the_readme_names_the_flags_as_the_server_takes_them() -> None:
+    """Every flag the README's flag paragraph names exists, and those it calls refused are."""
+    import re
+
+    from tidings.cli import build_parser
+    from tidings.server.options import REFUSED_FLAGS
+
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    start = readme.index("The server's flags are named")
+    paragraph = readme[start:readme.index("\n\n", start)]
+    server = build_parser("server")._subparsers._group_actions[0].choices["server"]  # type: ignore[union-attr]
+    known = set(server._option_string_actions)
+    named = re.findall(r"`(-{1,2}[A-Za-z_]+)", paragraph)
+    assert named
+    for flag in named:
+        assert flag in known or "-" + flag in known or flag.lstrip("-") == "DV", flag
+    refused = re.search(r"tidings lacks\s+\(([^)]*)\)\s+are\s+refused", paragraph)
+    assert refused is not None, paragraph
+    for flag in re.findall(r"`(-{1,2}[A-Za-z_]+)`", refused.group(1)):
+        dest = server._option_string_actions[flag].dest
+        assert dest in REFUSED_FLAGS, flag
+
+
+def _listener_args(kind: str, busy: int, tmp_path: Path) -> tuple[str, ...]:
+    base = ("-a", "127.0.0.1", "-p", str(free_port()))
+    if kind == "monitor":
+        return (*base, "-m", str(busy))
+    if kind == "cluster":
+        return (*base, "--cluster", f"nats://127.0.0.1:{busy}")
+    conf = tmp_path / "ws.conf"
+    conf.write_text(f"websocket {{ listen: 127.0.0.1:{busy}, no_tls: true }}\n")
+    return (*base, "-c", str(conf))
+
+
+@pytest.mark.parametrize(("kind", "words"), [
+    ("monitor", "monitor port"),
+    ("cluster", "router"),
+    ("websocket", "websocket"),
+])
+def test_a_listener_in_use_names_itself(busy_port: int, tmp_path: Path, kind: str,
+                                        words: str) -> None:
+    args = _listener_args(kind, busy_port, tmp_path)
+    ref = reference(*args)
+    assert ref.returncode != 0 and f"127.0.0.1:{busy_port}" in ref.stderr
+    client_port = args[3]
+    for extra in ((), ("--no_streaming",)):
+        last = assert_one_line_error(tidings("server", *args, *extra), 1, words,
+                                     f"127.0.0.1:{busy_port}")
+        assert "address already in use" in last.lower()
+        assert client_port not in last
+
+
+def test_https_monitor_port_in_use(busy_port: int, tmp_path: Path) -> None:
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.cert_chain_pems[0].write_to_path(tmp_path / "cert.pem")
+    cert.private_key_pem.write_to_path(tmp_path / "key.pem")
+    args = ("-a", "127.0.0.1", "-p", str(free_port()), "--tls", "--tlscert",
+            str(tmp_path / "cert.pem"), "--tlskey", str(tmp_path / "key.pem"),
+            "-ms", str(busy_port))
+    assert "monitor port" in reference(*args).stderr
+    assert_one_line_error(tidings("server", *args, "--no_streaming"), 1, "monitor port",
+                          f"127.0.0.1:{busy_port}", "Address already in use")
+
+
+def test_standalone_streaming_monitor_port_in_use(busy_port: int, reference_server) -> None:
+    proc = tidings("streaming", "--nats", reference_server.url, "--http_host", "127.0.0.1",
+                   "-m", str(busy_port))
+    assert_one_line_error(proc, 1, "streaming", "monitor port", f"127.0.0.1:{busy_port}",
+                          "Address already in use")
+
+
+@pytest.mark.parametrize("store", ["file", "sql"])
+def test_a_bad_store_directory_is_one_sentence_and_never_ready(tmp_path: Path,
+                                                               store: str) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    bad = blocker / "x"
+    proc = tidings("server", "-a", "127.0.0.1", "-p", str(free_port()), "--store", store,
+                   "--dir", str(bad))
+    last = assert_one_line_error(proc, 1)
+    assert last == f"tidings server: error: streaming store directory {bad}: not a directory"
+    assert "Server is ready" not in proc.stderr
+    assert "Errno" not in proc.stderr
+
+
+def test_start_up_os_errors_name_the_path(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    pid = blocker / "tidings.pid"
+    proc = tidings("server", "-a", "127.0.0.1", "-p", str(free_port()), "--no_streaming",
+                   "-P", str(pid))
+    last = assert_one_line_error(proc, 1)
+    assert last == f"tidings server: error: pid file {pid}: not a directory"
+    log = blocker / "tidings.log"
+    proc = tidings("server", "-a", "127.0.0.1", "-p", str(free_port()), "--no_streaming",
+                   "-l", str(log))
+    last = assert_one_line_error(proc, 1)
+    assert last == f"tidings server: error: log file {log}: not a directory"
+
+
+def test_import_ref_without_a_durable_store_is_an_error_line(tmp_path: Path) -> None:
+    for store in ((), ("--store", "file")):
+        proc = tidings("streaming", "import-ref", str(tmp_path), *store)
+        assert proc.returncode == 2, proc.stderr
+        assert stderr_lines(proc) == [
+            "tidings streaming import-ref: error: choose a durable store "
+            "(--store file --dir DIR, or --store sql)"], proc.stderr

@@ -233,3 +233,62 @@ async def test_import_ref_then_serve_the_old_clients_durable(servers, tmp_path):
         await wait_for(lambda: len(ib.all) == 3)
     finally:
         await sc.close()
+
+
+# --- start-up messages (issue 21, item 7) -----------------------------------------------
+
+def test_standalone_beside_another_streaming_server_is_one_error_line(servers):
+    srv = start_tidings()  # streaming on, cluster id test-cluster
+    servers.append(srv)
+    asyncio.run(wait_streaming(srv.url))
+    proc = subprocess.run([sys.executable, "-m", "tidings", "streaming", "--nats", srv.url],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == ("tidings streaming: error: discovered another streaming server with "
+                    "cluster ID 'test-cluster'"), proc.stderr
+
+
+def banner(*args: str) -> list[str]:
+    """What `tidings <args>` logs until its streaming server is ready (then it is stopped)."""
+    proc = subprocess.Popen([sys.executable, "-m", "tidings", *args], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    try:
+        for line in iter(proc.stderr.readline, ""):  # type: ignore[union-attr]
+            lines.append(line.split("] ", 2)[-1].rstrip())
+            if "Streaming server ready" in line:
+                break
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert any("Streaming server ready" in line for line in lines), lines
+    return lines
+
+
+def test_the_banner_says_where_streaming_keeps_its_data(tmp_path):
+    port = str(free_port())
+    lines = banner("server", "-a", "127.0.0.1", "-p", port)
+    assert "  Message store: MEMORY (lost when the server stops; keep it with "\
+           "--store file --dir DIR)" in lines
+    assert "  Monitoring:    off (enable with -m PORT)" in lines
+    mport = free_port()
+    data = tmp_path / "data"
+    lines = banner("server", "-a", "127.0.0.1", "-p", port, "-m", str(mport),
+                   "--store", "file", "--dir", str(data))
+    assert f"  Message store: FILE in {data}" in lines
+    assert f"  Monitoring:    http://127.0.0.1:{mport}/streaming/serverz" in lines
+    lines = banner("server", "-a", "127.0.0.1", "-p", port, "--store", "sql",
+                   "--dir", str(data))
+    assert f"  Message store: SQL (sqlite) in {data / 'streaming.db'}" in lines
+
+
+def test_the_standalone_banner(reference_server, tmp_path):
+    mport = free_port()
+    lines = banner("streaming", "--nats", reference_server.url, "--store", "file", "--dir",
+                   str(tmp_path / "d"), "--http_host", "127.0.0.1", "-m", str(mport))
+    assert f"  Message store: FILE in {tmp_path / 'd'}" in lines
+    assert f"  Monitoring:    http://127.0.0.1:{mport}/streaming/serverz" in lines
+    lines = banner("streaming", "--nats", reference_server.url)
+    assert "  Monitoring:    off (enable with -m PORT)" in lines

@@ -1,10 +1,17 @@
 """The error strings of the streaming protocol, as the reference server sends them.
 
 They travel in the ``error`` field of ConnectResponse, PubAck, SubscriptionResponse and
-CloseResponse (and PingResponse for :data:`PING_CLIENT_REPLACED`).
+CloseResponse (and PingResponse for :data:`PING_CLIENT_REPLACED`). And the error a
+streaming server that cannot start as configured raises (:class:`CannotStart`).
 """
 
 from __future__ import annotations
+
+
+class CannotStart(RuntimeError):
+    """The streaming server cannot start where it was asked to (its subjects are taken):
+    the user's to fix, reported as one line."""
+
 
 ERR_INVALID_SUBJECT = "stan: invalid subject"
 ERR_INVALID_START = "stan: invalid start position"

@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from ...monitoring import json_response, offset_limit, rfc3339, subs_option, uptime
+from ...oserrors import listen_error
 from .server import StreamingServer
 from .state import Client, Sub
 
@@ -264,5 +265,10 @@ async def serve_routes(paths: dict[str, Handler], host: str, port: int) -> web.A
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise listen_error("can't start streaming monitoring: can't listen to the monitor port",
+                           host, port, exc) from exc
     return runner

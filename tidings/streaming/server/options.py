@@ -18,6 +18,7 @@ from typing import Any
 
 from ... import config
 from ...config import parse_duration
+from ...oserrors import about
 from ..stores import ChannelLimits, StoreError, StoreLimits
 from .flags import (  # noqa: F401  (the flags' names, also known from here)
     DEFAULT_CLUSTER_ID,
@@ -244,10 +245,13 @@ def open_store_for(opts: StreamingOptions) -> Any:
     if kind == "file":
         if not opts.dir:
             raise ValueError("the file store needs a directory (--dir)")
-        return open_store(
-            "file", path=opts.dir, limits=opts.limits, sync=opts.sync_policy,
-            sync_interval=opts.sync_interval, truncate_corrupt=opts.truncate_bad_eof,
-        )
+        try:
+            return open_store(
+                "file", path=opts.dir, limits=opts.limits, sync=opts.sync_policy,
+                sync_interval=opts.sync_interval, truncate_corrupt=opts.truncate_bad_eof,
+            )
+        except OSError as exc:
+            raise about("streaming store directory", opts.dir, exc) from exc
     if kind == "sql":
         if opts.sql_driver == "postgres":
             if not opts.sql_source:
@@ -263,7 +267,10 @@ def open_store_for(opts: StreamingOptions) -> Any:
         if not source:
             if not opts.dir:
                 raise ValueError("the sqlite store needs --sql_source FILE or --dir DIR")
-            Path(opts.dir).mkdir(parents=True, exist_ok=True)
+            try:
+                Path(opts.dir).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise about("streaming store directory", opts.dir, exc) from exc
             source = str(Path(opts.dir) / "streaming.db")
         import sqlite3
 

@@ -57,7 +57,7 @@ from .state import CLIENT_ID_RE, Channel, Client, QueueState, Sub, is_channel_na
 log = logging.getLogger("tidings.streaming")
 
 
-class AnotherServerRunning(RuntimeError):
+class AnotherServerRunning(E.CannotStart):
     """A streaming server with our cluster id already answers on the discover subject."""
 
 
@@ -275,7 +275,7 @@ class StreamingServer:
         try:
             resp.ParseFromString(raw)
         except DecodeError as exc:
-            raise RuntimeError(
+            raise E.CannotStart(
                 "something other than a streaming server answers on "
                 f"{self.info['discovery']}"
             ) from exc
