@@ -197,7 +197,7 @@ def _cluster(changes: dict[str, Any], value: Any) -> None:
         elif name in ("compression", "pool_size", "accounts", "pinned_accounts",
                       "permissions", "connect_retries", "connect_backoff"):
             raise _nested(value, key, f'"{key}" in cluster is not supported by tidings')
-        else:
+        elif key not in getattr(value, "variables", ()):
             raise _nested(value, key, f'unknown field "{key}"')
     if port is None:
         raise ValueError("a listen address or port is required")
