@@ -63,6 +63,8 @@ class Server:
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.port = self.options.port
         self.slow_consumers = 0
+        self.stale = {"clients": 0, "routes": 0}  # closed for unanswered pings (/varz)
+        self.stalls = 0  # producers paused for their consumers (flow.py; /varz stalled_clients)
         self.total_connections = 0
         self.started = time.time()
         self._cid = 0
@@ -115,38 +117,19 @@ class Server:
             kind = TracedClientConnection
             self.deliver = traced_deliver(self)
         self.client_kind = kind
-        if opts.tls is not None:
-            from .tls import server_context
-            from .tls_session import TLSListener, client_greeter
-
-            self.tls_context = server_context(opts.tls)
-            self._listener = await TLSListener(  # type: ignore[assignment]
-                self.tls_context, opts.tls.timeout, client_greeter(self, lambda: kind(self))
-            ).start(opts.host, opts.port)
-        else:
-            self._listener = await self.loop.create_server(
-                lambda: kind(self), opts.host, opts.port, reuse_address=True, backlog=4096
-            )
-        self.port = self._listener.sockets[0].getsockname()[1]
-        self.build_info()
+        # As the reference: the monitor first, so that it answers once clients are let in.
+        await self._start_monitor()
+        try:
+            await self._start_listener(kind)
+        except OSError:
+            if self.monitor is not None:
+                await self.monitor.stop()
+            raise
         if opts.write_deadline > 0:
             self._sweeper = self.loop.call_later(1.0, self._sweep_writes)
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
         if opts.tls is not None:
             log.info("TLS required for client connections")
-        if opts.http_port or opts.https_port:
-            from .monitor import Monitor
-
-            self.monitor = Monitor(self)
-            secure = not opts.http_port  # -ms: HTTPS with the client listener's certificate
-            port = opts.http_port or opts.https_port
-            try:
-                await self.monitor.start(opts.host, port, secure=secure)
-            except OSError:
-                self._listener.close()
-                raise
-            log.info("Starting %s monitor on %s:%d", "https" if secure else "http", opts.host,
-                     port)
         if opts.cluster:
             from ..cluster.cluster import Cluster
 
@@ -166,6 +149,37 @@ class Server:
                 self._listener.close()
                 raise
         log.info("Server is ready")
+
+    async def _start_monitor(self) -> None:
+        """-m / -ms / `http` / `https`: the endpoints, on `http: HOST` or the client host."""
+        opts = self.options
+        if not (opts.http_port or opts.https_port):
+            return
+        from .monitor import Monitor
+
+        self.monitor = Monitor(self)
+        secure = not opts.http_port  # -ms: HTTPS with the client listener's certificate
+        port = opts.http_port or opts.https_port
+        host = opts.http_host or opts.host
+        await self.monitor.start(host, port, secure=secure)
+        log.info("Starting %s monitor on %s:%d", "https" if secure else "http", host, port)
+
+    async def _start_listener(self, kind: type[ClientConnection]) -> None:
+        opts = self.options
+        if opts.tls is not None:
+            from .tls import server_context
+            from .tls_session import TLSListener, client_greeter
+
+            self.tls_context = server_context(opts.tls)
+            self._listener = await TLSListener(  # type: ignore[assignment]
+                self.tls_context, opts.tls.timeout, client_greeter(self, lambda: kind(self))
+            ).start(opts.host, opts.port)
+        else:
+            self._listener = await self.loop.create_server(
+                lambda: kind(self), opts.host, opts.port, reuse_address=True, backlog=4096
+            )
+        self.port = self._listener.sockets[0].getsockname()[1]
+        self.build_info()
 
     def set_auth(self) -> None:
         """Build the users and permissions from the options again (on reload)."""
@@ -458,7 +472,7 @@ class Server:
         """
         deliver = self.deliver if trace is None else trace.deliver
         sublist = self.sublist
-        result = sublist.cache.get(subject) or sublist.match(subject)
+        result = sublist.cache.get(subject) or sublist.compute(subject)
         plain, groups, remote = result
         delivered = False
         for sub in plain:
@@ -498,7 +512,7 @@ class Server:
             if deliver(route, direct, frame, plain_frame):
                 return
             queues = (direct.queue,)  # gone meanwhile: another member of its group here
-        result = self.sublist.cache.get(subject) or self.sublist.match(subject)
+        result = self.sublist.cache.get(subject) or self.sublist.compute(subject)
         plain, groups, remote = result
         if reply and self.responders:
             note_reply(plain, groups, reply)
@@ -591,7 +605,8 @@ class Server:
                     deliveries += len(out)
             out.clear()
         if congested:
-            flow.stall(reader, congested, deliveries, self.loop)
+            if flow.stall(reader, congested, deliveries, self.loop):
+                self.stalls += 1
 
     def _sweep_writes(self) -> None:
         """Close clients whose socket has not drained for longer than the write deadline."""
