@@ -36,6 +36,7 @@ for _i, _letter in enumerate("kmgtpe", start=1):
     for _suffix in ("b", "i", "ib"):
         _SIZES[_letter + _suffix] = 1024 ** _i
 _INTEGER = re.compile(r"^(-?\d+)([a-zA-Z]*)$")
+_QUOTED_STOP = re.compile(r'["\\]')
 _NL = "\n\r"
 _BLANK = " \t"
 _SEPARATORS = "=:"
@@ -439,6 +440,8 @@ class _Reader:
         return self.map_value_end()
 
     def map_value_end(self) -> bool:
+        """After a value of a map: blanks and a comment, then a newline, `,` or `;` (True:
+        its `}`); anything else is refused (`{ a: 1 b: 2 }`)."""
         while True:
             c = self.at()
             if self.comment():
@@ -501,19 +504,18 @@ class _Reader:
         return value
 
     def quoted_string(self) -> str:
+        """A double-quoted string, which may span lines; `\\xHH` may give any byte."""
         self.pos += 1
         out = bytearray()
         while True:
-            c = self.at()
-            if not c:
+            stop = _QUOTED_STOP.search(self.text, self.pos)
+            if stop is None:
                 raise self.error("Unexpected EOF.", len(self.text))
-            self.pos += 1
-            if c == '"':
+            out += self.text[self.pos : stop.start()].encode("utf-8")
+            self.pos = stop.end()
+            if stop.group() == '"':
                 return out.decode("utf-8", errors="replace")
-            if c == "\\":
-                out += self.escape()
-            else:
-                out += c.encode("utf-8")
+            out += self.escape()
 
     def escape(self) -> bytes:
         """The character(s) of an escape, after its backslash."""
