@@ -51,6 +51,11 @@ def offset_limit(request: web.Request) -> tuple[int, int]:
     return offset, limit
 
 
+def subs_detail(request: web.Request) -> bool:
+    """`subs=detail`: each subscription with its sid, queue group and counts."""
+    return request.query.get("subs", "").lower() == "detail"
+
+
 def subs_option(request: web.Request) -> int:
     try:
         return int(request.query.get("subs", "0"))

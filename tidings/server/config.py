@@ -2,8 +2,9 @@
 names, onto ServerOptions. (The file format itself is tidings.config's.)
 
 A key the reference does not know is refused as it refuses it (`unknown field "x"`); a key
-the reference has and tidings does not (jetstream, leafnodes, tls, ...) is refused with a
-message that names it, never ignored.
+the reference has and tidings does not (jetstream, leafnodes, ...) is refused with a
+message that names it, never ignored. Every alias the reference has is taken (`net` for
+`host`, `monitor_port` for `http_port`, `max_conn`, `logfile`, `pidfile`, `ws`, ...).
 """
 
 from __future__ import annotations
@@ -18,28 +19,68 @@ from .auth_options import AuthOptions
 from .options import ServerOptions, check
 from .websocket_config import handle_websocket
 
-# Keys of the reference that tidings does not have, and why.
+_JWT = "operator mode (JWT) is not supported"
+_ACCOUNTS = "accounts are not supported (tidings has the global account only)"
+_JETSTREAM = "JetStream is not supported (tidings has NATS Streaming)"
+_SYSLOG = "logging to syslog is not supported"
+_TRACE = "tracing options other than trace are not supported"
+
+# Keys of the reference that tidings does not have, and why: every other key of its
+# processConfigFileLine, aliases included, so that none is called unknown.
 UNSUPPORTED = {
-    "jetstream": "JetStream is not supported (tidings has NATS Streaming)",
+    "jetstream": _JETSTREAM,
+    "store_dir": _JETSTREAM,
+    "storedir": _JETSTREAM,
+    "default_js_domain": _JETSTREAM,
     "leafnodes": "leaf nodes are not supported",
     "leaf": "leaf nodes are not supported",
     "gateway": "gateways are not supported",
-    "accounts": "accounts are not supported (tidings has the global account only)",
-    "system_account": "accounts are not supported (tidings has the global account only)",
-    "no_system_account": "accounts are not supported (tidings has the global account only)",
-    "operator": "operator mode (JWT) is not supported",
-    "operators": "operator mode (JWT) is not supported",
-    "resolver": "operator mode (JWT) is not supported",
-    "resolver_preload": "operator mode (JWT) is not supported",
-    "trusted": "operator mode (JWT) is not supported",
-    "trusted_keys": "operator mode (JWT) is not supported",
+    "accounts": _ACCOUNTS,
+    "system_account": _ACCOUNTS,
+    "system": _ACCOUNTS,
+    "no_system_account": _ACCOUNTS,
+    "no_system": _ACCOUNTS,
+    "no_sys_acc": _ACCOUNTS,
+    **dict.fromkeys(("operator", "operators", "roots", "root", "root_operators",
+                     "root_operator", "resolver", "account_resolver", "accounts_resolver",
+                     "resolver_tls", "resolver_preload", "resolver_pinned_accounts",
+                     "trusted", "trusted_keys", "default_sentinel"), _JWT),
     "mqtt": "MQTT is not supported",
     "mappings": "subject mappings are not supported",
-    "syslog": "logging to syslog is not supported",
-    "remote_syslog": "logging to syslog is not supported",
+    "maps": "subject mappings are not supported",
+    "syslog": _SYSLOG,
+    "remote_syslog": _SYSLOG,
     "ocsp": "OCSP stapling is not supported",
+    "ocsp_cache": "OCSP stapling is not supported",
     "allow_non_tls": "TLS and plain clients on one port are not supported",
     "nkeys": "top-level nkeys are not supported: use authorization { users = [{nkey: ...}] }",
+    "trace_verbose": _TRACE,
+    "trace_headers": _TRACE,
+    "max_traced_msg_len": _TRACE,
+    "logtime_utc": "log times in UTC are not supported",
+    "logfile_max_num": "keeping a number of rotated log files is not supported",
+    "log_max_num": "keeping a number of rotated log files is not supported",
+    "disable_sublist_cache": "turning the subscription cache off is not supported",
+    "no_sublist_cache": "turning the subscription cache off is not supported",
+    "http_base_path": "a base path for the monitoring endpoints is not supported",
+    "ports_file_dir": "a ports file is not supported",
+    "prof_port": "the Go profiler is not supported",
+    "prof_block_rate": "the Go profiler is not supported",
+    "proxy_protocol": "the PROXY protocol is not supported",
+    "proxies": "trusted proxies are not supported",
+    "max_subscriptions": "a limit of subscriptions per connection is not supported",
+    "max_subs": "a limit of subscriptions per connection is not supported",
+    "max_sub_tokens": "a limit of subject tokens is not supported",
+    "max_subscription_tokens": "a limit of subject tokens is not supported",
+    "write_timeout": "write timeout policies are not supported (write_deadline is)",
+    "no_header_support": "turning headers off is not supported",
+    "connect_error_reports": "connect error report intervals are not supported",
+    "reconnect_error_reports": "connect error report intervals are not supported",
+    "server_tags": "server tags are not supported",
+    "server_metadata": "server metadata is not supported",
+    "feature_flags": "feature flags are not supported",
+    "no_fast_producer_stall": "fast producer stalls are not supported",
+    "max_closed_clients": "a limit of closed connections kept is not supported",
 }
 
 
@@ -116,30 +157,33 @@ def _port(value: Any) -> int:
     return max(port, 0)
 
 
-def _host_port(text: Any) -> tuple[str, int]:
+def _host_port(text: Any, default_host: str = "0.0.0.0") -> tuple[str, int]:
     text = str(text)
     host, sep, port = text.rpartition(":")
     if not sep or not port.lstrip("-").isdigit():
         raise ValueError(f"could not parse address string {text!r}")
-    return host or "0.0.0.0", _port(int(port))
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]  # [::1]:4222
+    return host or default_host, _port(int(port))
 
 
 def _listen(changes: dict[str, Any], value: Any) -> None:
     changes["host"], changes["port"] = _host_port(value)
 
 
-def _http(changes: dict[str, Any], value: Any) -> None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        changes["http_port"] = _port(value)
-    else:
-        _, changes["http_port"] = _host_port(value)
+def _monitor(port_field: str) -> Handler:
+    """`http` / `https`: a port, or HOST:PORT, the address the monitor binds (as the
+    reference: with no host, the client listener's)."""
 
+    def handle(changes: dict[str, Any], value: Any) -> None:
+        if isinstance(value, int) and not isinstance(value, bool):
+            changes[port_field] = _port(value)
+            return
+        host, changes[port_field] = _host_port(value, "")
+        if host:
+            changes["http_host"] = host
 
-def _https(changes: dict[str, Any], value: Any) -> None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        changes["https_port"] = _port(value)
-    else:
-        _, changes["https_port"] = _host_port(value)
+    return handle
 
 
 def _tls(changes: dict[str, Any], value: Any) -> None:
@@ -195,9 +239,10 @@ def _cluster(changes: dict[str, Any], value: Any) -> None:
 
             changes["cluster_tls"] = parse_tls_block(item)
         elif name in ("compression", "pool_size", "accounts", "pinned_accounts",
-                      "permissions", "connect_retries", "connect_backoff"):
+                      "permissions", "connect_retries", "connect_backoff", "ping_interval",
+                      "ping_max", "write_deadline", "write_timeout"):
             raise _nested(value, key, f'"{key}" in cluster is not supported by tidings')
-        else:
+        elif key not in getattr(value, "variables", ()):
             raise _nested(value, key, f'unknown field "{key}"')
     if port is None:
         raise ValueError("a listen address or port is required")
@@ -213,9 +258,9 @@ _KEYS: dict[str, Handler] = {
     "port": _to("port", _port),
     "server_name": _to("name", _str),
     "client_advertise": _to("client_advertise", _str),
-    "http": _http,
+    "http": _monitor("http_port"),
     "http_port": _to("http_port", _port),
-    "https": _https,
+    "https": _monitor("https_port"),
     "https_port": _to("https_port", _port),
     "tls": _tls,
     "monitor_port": _to("http_port", _port),
@@ -236,9 +281,11 @@ _KEYS: dict[str, Handler] = {
     "trace": _to("trace", _bool),
     "logtime": _to("logtime", _bool),
     "log_file": _to("log_file", _str),
+    "logfile": _to("log_file", _str),
     "logfile_size_limit": _to("log_size_limit", _size),
     "log_size_limit": _to("log_size_limit", _size),
     "pid_file": _to("pid_file", _str),
+    "pidfile": _to("pid_file", _str),
     # The streaming server's block is read by the streaming options (streaming/server).
     "streaming": lambda changes, value: None,
     "websocket": handle_websocket,

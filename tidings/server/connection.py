@@ -331,6 +331,7 @@ class Connection(asyncio.Protocol):
         need_rtt = not self.rtt_start or now - self.rtt_start > RTT_INTERVAL
         if now - self.last_in >= interval or need_rtt:
             if self.pings_out + 1 > opts.ping_max:
+                self.server.stale["routes" if self.is_route else "clients"] += 1
                 self.close_with_error(STALE_CONNECTION, "stale connection")
                 return
             self.pings_out += 1

@@ -32,10 +32,11 @@ def congestion_mark(max_pending: int) -> int:
 
 def stall(
     producer: Any, consumers: Iterable[Any], deliveries: int, loop: asyncio.AbstractEventLoop
-) -> None:
-    """Pause reading `producer` until each of `consumers` drains, for at most the stall bound."""
+) -> bool:
+    """Pause reading `producer` until each of `consumers` drains, for at most the stall bound.
+    True when this paused it (a new stall), False when it was paused already or not at all."""
     if producer.closed:
-        return
+        return False
     waits = producer.stalled_by
     if waits is None:
         waits = producer.stalled_by = set()
@@ -51,6 +52,8 @@ def stall(
         producer.pause_input()
         ttl = min(STALL_TOTAL, STALL_MIN * max(1, deliveries))
         producer.stall_timer = loop.call_later(ttl, resume, producer)
+        return True
+    return False
 
 
 def drained(consumer: Any) -> None:

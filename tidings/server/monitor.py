@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from ..monitoring import json_response, offset_limit, rfc3339, subs_option, uptime
+from ..monitoring import json_response, offset_limit, rfc3339, subs_detail, subs_option, uptime
+from ..protocol.subjects import is_valid_literal_subject, subject_matches
 from ..redact import url_host
 
 if TYPE_CHECKING:
@@ -126,9 +127,11 @@ class Monitor:
         varz = {
             "server_id": s.server_id, "server_name": s.name, "version": info["version"],
             "proto": info["proto"], "go": info["go"], "host": o.host, "port": s.port,
-            **{k: True for k in ("tls_required", "tls_verify") if info.get(k)},
+            **{k: True for k in ("auth_required", "tls_required", "tls_verify") if info.get(k)},
+            # The client URLs of the cluster (this server's first), as INFO gives them.
+            **({"connect_urls": list(s.connect_urls)} if s.connect_urls else {}),
             "max_connections": o.max_connections, "ping_interval": int(o.ping_interval * _NS),
-            "ping_max": o.ping_max, "http_host": o.host, "http_port": o.http_port,
+            "ping_max": o.ping_max, "http_host": o.http_host or o.host, "http_port": o.http_port,
             "http_base_path": "", "https_port": o.https_port, "auth_timeout": o.auth_timeout,
             "max_control_line": o.max_control_line, "max_payload": o.max_payload,
             "max_pending": o.max_pending, "cluster": cluster, "gateway": {}, "leaf": {},
@@ -140,11 +143,13 @@ class Monitor:
             "connections": len(clients), "total_connections": s.total_connections,
             "routes": len(s.cluster.routes) if s.cluster is not None else 0, "remotes": 0,
             "leafnodes": 0, **totals, "slow_consumers": s.slow_consumers,
+            "stale_connections": sum(s.stale.values()), "stalled_clients": s.stalls,
             "subscriptions": s.sublist.count,
             "http_req_stats": dict(self.requests),
             "config_load_time": rfc3339(s.started),
             "slow_consumer_stats": {"clients": s.slow_consumers, "routes": 0, "gateways": 0,
                                     "leafs": 0},
+            "stale_connection_stats": {**s.stale, "gateways": 0, "leafs": 0},
         }
         return json_response(varz)
 
@@ -171,10 +176,14 @@ class Monitor:
             total = len(listed)
             items = [dict(item) for item in listed[offset : offset + limit]]
         auth = request.query.get("auth", "").lower() in ("1", "true")
+        detail = subs_detail(request)
         out = []
         for item in items:
-            if not subs:
-                item.pop("subscriptions_list", None)
+            listed = item.pop("subscriptions_list", [])
+            if listed and detail:
+                item["subscriptions_list_detail"] = listed
+            elif listed and subs:
+                item["subscriptions_list"] = [sub["subject"] for sub in listed]
             if not auth:
                 item.pop("authorized_user", None)
             out.append(item)
@@ -201,7 +210,10 @@ class Monitor:
                     "in_msgs": in_msgs, "out_msgs": r.out_msgs, "in_bytes": in_bytes,
                     "out_bytes": r.out_payload, "subscriptions": len(r.subs),
                 }
-                if subs:
+                if r.subs and subs_detail(request):
+                    item["subscriptions_list_detail"] = [sub_detail(sub, r.cid)
+                                                         for sub in r.subs.values()]
+                elif r.subs and subs:
                     item["subscriptions_list"] = [sub.subject.decode(errors="replace")
                                                   for sub in r.subs.values()]
                 routes.append(item)
@@ -210,23 +222,27 @@ class Monitor:
                               "routes": routes})
 
     async def subsz(self, request: web.Request) -> web.Response:
+        """The index's numbers (SublistStats); with `subs=1` the clients' subscriptions,
+        those matching `test` (a subject) only when given."""
         s = self.server
-        sl = s.sublist
         offset, limit = offset_limit(request)
+        test = request.query.get("test", "")
+        if test and not is_valid_literal_subject(test):
+            raise web.HTTPBadRequest(
+                text=f"invalid test subject, must be valid publish subject: {test}")
         body: dict[str, Any] = {
             "server_id": s.server_id, "now": rfc3339(time.time()),
-            "num_subscriptions": sl.count, "num_cache": len(sl.cache),
+            **s.sublist.stats(s.message_totals()["in_msgs"]),
+            "total": 0, "offset": offset, "limit": limit,
         }
         if subs_option(request):
-            subs = [(c, sub) for c in s.clients.values() for sub in c.subs.values()]
+            subs = [{"account": "$G", "account_tag": "$G", **sub_detail(sub, c.cid)}
+                    for c in s.clients.values() for sub in c.subs.values()
+                    if not test or subject_matches(sub.subject, test.encode())]
+            body["total"] = len(subs)
             page = subs[offset : offset + limit]
-            body.update({"total": len(subs), "offset": offset, "limit": limit,
-                         "subscriptions_list": [{
-                             "account": "$G", "subject": sub.subject.decode(errors="replace"),
-                             **({"qgroup": sub.queue.decode(errors="replace")}
-                                if sub.queue else {}),
-                             "sid": sub.sid.decode(errors="replace"), "msgs": sub.delivered,
-                             "cid": c.cid} for c, sub in page]})
+            if page:
+                body["subscriptions_list"] = page
         return json_response(body)
 
     async def metrics(self, request: web.Request) -> web.Response:
@@ -287,8 +303,22 @@ def client_item(c: Any, now: float, stop: float = 0.0, reason: str = "") -> dict
     user = c.authorized_user()
     if user:
         item["authorized_user"] = user  # shown with ?auth=1 only (connz)
-    item["subscriptions_list"] = [sub.subject.decode(errors="replace") for sub in c.subs.values()]
+    # Each subscription in detail; connz shows them so (subs=detail), or their subjects.
+    item["subscriptions_list"] = [sub_detail(sub, c.cid) for sub in c.subs.values()]
     return item
+
+
+def sub_detail(sub: Any, cid: int) -> dict[str, Any]:
+    """A subscription as the reference's SubDetail shows it (no account: connz, routez)."""
+    detail: dict[str, Any] = {"subject": sub.subject.decode(errors="replace")}
+    if sub.queue:
+        detail["qgroup"] = sub.queue.decode(errors="replace")
+    detail["sid"] = sub.sid.decode(errors="replace")
+    detail["msgs"] = sub.delivered
+    if sub.max:
+        detail["max"] = sub.max
+    detail["cid"] = cid
+    return detail
 
 
 def _last(conn: Connection) -> float:

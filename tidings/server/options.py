@@ -58,6 +58,7 @@ class ServerOptions:
     host: str = "0.0.0.0"
     port: int = 4222
     name: str = ""
+    http_host: str = ""  # the monitor's address (`http: HOST:PORT`); "": the client host
     http_port: int = 0
     max_payload: int = MAX_PAYLOAD
     max_control_line: int = MAX_CONTROL_LINE

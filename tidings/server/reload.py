@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidings.server")
 
 # What a reload may not change, by field, with the reference's name for it.
-FIXED = {"host": "Host", "port": "Port", "cluster": "Cluster", "http_port": "HTTP Port"}
+FIXED = {"host": "Host", "port": "Port", "cluster": "Cluster", "http_port": "HTTP Port",
+         "http_host": "HTTPHost", "https_port": "HTTPSPort"}
 # Fields that are not configuration (or are only the command line's).
 IGNORED = {"no_log"}
 

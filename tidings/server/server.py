@@ -63,6 +63,8 @@ class Server:
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.port = self.options.port
         self.slow_consumers = 0
+        self.stale = {"clients": 0, "routes": 0}  # closed for unanswered pings (/varz)
+        self.stalls = 0  # producers paused for their consumers (flow.py; /varz stalled_clients)
         self.total_connections = 0
         self.started = time.time()
         self._cid = 0
@@ -117,46 +119,24 @@ class Server:
             kind = TracedClientConnection
             self.deliver = traced_deliver(self)
         self.client_kind = kind
-        if opts.tls is not None:
+        if opts.tls is not None:  # (a certificate that cannot be read is not a port error)
             from .tls import server_context
 
             self.tls_context = server_context(opts.tls)
+        # As the reference: the monitor first, so that it answers once clients are let in.
+        await self._start_monitor()
         try:
-            if opts.tls is not None:
-                from .tls_session import TLSListener, client_greeter
-
-                self._listener = await TLSListener(  # type: ignore[assignment]
-                    self.tls_context, opts.tls.timeout, client_greeter(self, lambda: kind(self))
-                ).start(opts.host, opts.port)
-            else:
-                self._listener = await self.loop.create_server(
-                    lambda: kind(self), opts.host, opts.port, reuse_address=True, backlog=4096
-                )
+            await self._start_listener(kind)
         except OSError as exc:
+            if self.monitor is not None:
+                await self.monitor.stop()
             # As the reference words it (each listener below names itself too).
             raise listen_error("error listening on port", opts.host, opts.port, exc) from exc
-        self.port = self._listener.sockets[0].getsockname()[1]
-        self.build_info()
         if opts.write_deadline > 0:
             self._sweeper = self.loop.call_later(1.0, self._sweep_writes)
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
         if opts.tls is not None:
             log.info("TLS required for client connections")
-        if opts.http_port or opts.https_port:
-            from .monitor import Monitor
-
-            self.monitor = Monitor(self)
-            secure = not opts.http_port  # -ms: HTTPS with the client listener's certificate
-            port = opts.http_port or opts.https_port
-            try:
-                await self.monitor.start(opts.host, port, secure=secure)
-            except OSError as exc:
-                self._listener.close()
-                raise listen_error("can't start monitoring: can't listen to the "
-                                   f"{'https ' if secure else ''}monitor port", opts.host,
-                                   port, exc) from exc
-            log.info("Starting %s monitor on %s:%d", "https" if secure else "http", opts.host,
-                     port)
         if opts.cluster:
             from ..cluster.cluster import Cluster
 
@@ -179,6 +159,40 @@ class Server:
                 raise StartError(self.ws_listener.listen_error(exc)) from exc
         if announce:
             log.info("Server is ready")
+
+    async def _start_monitor(self) -> None:
+        """-m / -ms / `http` / `https`: the endpoints, on `http: HOST` or the client host."""
+        opts = self.options
+        if not (opts.http_port or opts.https_port):
+            return
+        from .monitor import Monitor
+
+        self.monitor = Monitor(self)
+        secure = not opts.http_port  # -ms: HTTPS with the client listener's certificate
+        port = opts.http_port or opts.https_port
+        host = opts.http_host or opts.host
+        try:
+            await self.monitor.start(host, port, secure=secure)
+        except OSError as exc:
+            raise listen_error("can't start monitoring: can't listen to the "
+                               f"{'https ' if secure else ''}monitor port", host, port,
+                               exc) from exc
+        log.info("Starting %s monitor on %s:%d", "https" if secure else "http", host, port)
+
+    async def _start_listener(self, kind: type[ClientConnection]) -> None:
+        opts = self.options
+        if opts.tls is not None:
+            from .tls_session import TLSListener, client_greeter
+
+            self._listener = await TLSListener(  # type: ignore[assignment]
+                self.tls_context, opts.tls.timeout, client_greeter(self, lambda: kind(self))
+            ).start(opts.host, opts.port)
+        else:
+            self._listener = await self.loop.create_server(
+                lambda: kind(self), opts.host, opts.port, reuse_address=True, backlog=4096
+            )
+        self.port = self._listener.sockets[0].getsockname()[1]
+        self.build_info()
 
     def set_auth(self) -> None:
         """Build the users and permissions from the options again (on reload)."""
@@ -481,7 +495,7 @@ class Server:
         if reply and self.responders and (trace is None or not trace.only):
             deliver = granting(deliver, reply)
         sublist = self.sublist
-        result = sublist.cache.get(subject) or sublist.match(subject)
+        result = sublist.cache.get(subject) or sublist.compute(subject)
         plain, groups, remote = result
         delivered = False
         for sub in plain:
@@ -519,7 +533,7 @@ class Server:
             if deliver(route, direct, frame, plain_frame):
                 return
             queues = (direct.queue,)  # gone meanwhile: another member of its group here
-        result = self.sublist.cache.get(subject) or self.sublist.match(subject)
+        result = self.sublist.cache.get(subject) or self.sublist.compute(subject)
         plain, groups, remote = result
         if direct is None:
             for sub in plain:
@@ -610,7 +624,8 @@ class Server:
                     deliveries += len(out)
             out.clear()
         if congested:
-            flow.stall(reader, congested, deliveries, self.loop)
+            if flow.stall(reader, congested, deliveries, self.loop):
+                self.stalls += 1
 
     def _sweep_writes(self) -> None:
         """Close clients whose socket has not drained for longer than the write deadline."""

@@ -6,7 +6,8 @@ subject is O(1). Matching walks the trie with an explicit stack: a subject of th
 tokens costs no recursion.
 
 `match` answers from a bounded result cache (`cache`, which the parser also reads to skip
-publishes nobody listens to), so a publish to a known subject costs one dict lookup. The
+publishes nobody listens to), so a publish to a known subject costs one dict lookup (the
+routing path reads `cache` itself and calls `compute` on a miss). The
 cached subjects are indexed by token in a second trie, so an insert or remove drops exactly
 the entries it affects by walking its pattern through that trie: its cost follows the
 entries it matches, never the size of the cache.
@@ -196,6 +197,12 @@ class Sublist:
         self.cache: dict[bytes, Result] = {}  # the same dict for the server's lifetime
         self._cached = _CacheIndex()
         self.count = 0
+        # For /subsz: subscriptions ever inserted and removed, results computed (cache
+        # misses), and lookups through match (the routing path's are its messages).
+        self.inserts = 0
+        self.removes = 0
+        self.computed = 0
+        self.asked = 0
         self.remote_count = 0  # subscriptions of routes (remote interest)
         self.guarded = 0  # subscriptions with a guard (permissions), see Subscription
         # Called with (subscription, added) after each insert and removal: the cluster
@@ -222,6 +229,7 @@ class Sublist:
                 bucket = self._literal[subject] = {}
             bucket[sub] = None
         self.count += 1
+        self.inserts += 1
         if sub.client.is_route:
             self.remote_count += 1
         if sub.guard is not None:
@@ -300,15 +308,22 @@ class Sublist:
 
     def _uncount(self, sub: Subscription) -> None:
         self.count -= 1
+        self.removes += 1
         if sub.client.is_route:
             self.remote_count -= 1
         if sub.guard is not None:
             self.guarded -= 1
 
     def match(self, subject: bytes) -> Result:
+        self.asked += 1
         result = self.cache.get(subject)
         if result is not None:
             return result
+        return self.compute(subject)
+
+    def compute(self, subject: bytes) -> Result:
+        """The result for `subject` from the index (not in `cache`), then cached."""
+        self.computed += 1
         plain: list[Subscription] = []
         groups: dict[bytes, list[Subscription]] = {}
         literal = self._literal.get(subject)
@@ -336,6 +351,20 @@ class Sublist:
         if indexed:
             self._cached.add(subject)
         return result
+
+    def stats(self, routed: int) -> dict[str, Any]:
+        """/subsz's numbers, as the reference's SublistStats: `routed`, the messages routed
+        (each one lookup of the cache, which the parser's skips of subjects nobody wants
+        answer too), and the lookups through match; the fan-outs of the cached results."""
+        matches = routed + self.asked
+        fanouts = [_fanout(result) for result in self.cache.values()]
+        return {
+            "num_subscriptions": self.count, "num_cache": len(self.cache),
+            "num_inserts": self.inserts, "num_removes": self.removes, "num_matches": matches,
+            "cache_hit_rate": max(matches - self.computed, 0) / matches if matches else 0.0,
+            "max_fanout": max(fanouts, default=0),
+            "avg_fanout": sum(fanouts) / len(fanouts) if sum(fanouts) else 0.0,
+        }
 
     # -- internals -----------------------------------------------------------
     def _invalidate(self, pattern: bytes, wildcard: bool) -> None:
@@ -370,6 +399,14 @@ class Sublist:
             else:
                 parent.children.pop(tok, None)
             node = parent
+
+
+def _fanout(result: Result) -> int:
+    """Receivers of a result, as the reference counts them: plain subscriptions and queue
+    groups (a route's interest one each)."""
+    plain, groups, remote = result
+    n = len(plain) + len(groups)
+    return n if remote is None else n + len(remote.plain) + len(remote.groups)
 
 
 def _admitted(

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -234,3 +235,63 @@ def test_log_file_size_limit(tmp_path: Path) -> None:
     rotated = [p for p in tmp_path.iterdir() if p.name.startswith("s.log.")]
     assert rotated, list(tmp_path.iterdir())
     assert all(p.stat().st_size < 1024 + 300 for p in rotated)
+
+
+# Every top-level key of the reference's processConfigFileLine (opts.go), aliases included.
+REFERENCE_KEYS = (
+    "listen client_advertise port server_name host net debug trace trace_verbose trace_headers "
+    "logtime logtime_utc mappings maps disable_sublist_cache no_sublist_cache accounts "
+    "default_sentinel authorization http https http_port monitor_port https_port "
+    "http_base_path cluster gateway leaf leafnodes store_dir storedir jetstream logfile "
+    "log_file logfile_size_limit log_size_limit logfile_max_num log_max_num syslog "
+    "remote_syslog pidfile pid_file ports_file_dir prof_port prof_block_rate max_control_line "
+    "max_payload max_pending proxy_protocol max_connections max_conn max_traced_msg_len "
+    "max_subscriptions max_subs max_sub_tokens max_subscription_tokens ping_interval ping_max "
+    "tls ocsp allow_non_tls write_deadline write_timeout lame_duck_duration "
+    "lame_duck_grace_period operator operators roots root root_operators root_operator "
+    "resolver account_resolver accounts_resolver resolver_tls resolver_preload "
+    "resolver_pinned_accounts no_auth_user system_account system no_system_account no_system "
+    "no_sys_acc no_header_support trusted trusted_keys connect_error_reports "
+    "reconnect_error_reports websocket ws mqtt server_tags server_metadata feature_flags "
+    "default_js_domain ocsp_cache no_fast_producer_stall max_closed_clients proxies").split()
+
+
+def test_no_key_of_the_reference_is_called_unknown(tmp_path: Path) -> None:
+    """Each key the reference knows is taken or refused by name, never an "unknown field"
+    (which `auth`, no key of the reference, is on both)."""
+    from tidings.config import ConfigError, parse
+    from tidings.server.config import apply_server_config
+    from tidings.server.options import ServerOptions
+
+    conf = tmp_path / "all.conf"
+    conf.write_text("".join(f"{key}: 1\n" for key in REFERENCE_KEYS) + "auth: 1\n")
+    said = reference("-t", "-c", str(conf)).stderr
+    assert said.count("unknown field") == 1 and 'unknown field "auth"' in said
+    for key in (*REFERENCE_KEYS, "auth"):
+        try:
+            apply_server_config(ServerOptions(), parse(f"{key}: 1\n", "f.conf"))
+            why = ""
+        except (ConfigError, ValueError) as exc:
+            why = str(exc)
+        assert ("unknown field" in why) == (key == "auth"), (key, why)
+
+
+def test_aliases_mean_what_they_mean_to_the_reference(tmp_path: Path) -> None:
+    """logfile, pidfile, net, monitor_port and max_conn, in one file started by both."""
+    for kind in ("tidings", "reference"):
+        port, http = free_port(), free_port()
+        log, pid = tmp_path / f"{kind}.log", tmp_path / f"{kind}.pid"
+        conf = tmp_path / f"{kind}.conf"
+        conf.write_text(f"net: 127.0.0.1\nport: {port}\nmonitor_port: {http}\nmax_conn: 7\n"
+                        f"logfile: {log}\npidfile: {pid}\n")
+        cmd = ([sys.executable, "-m", "tidings", "server", "--no_streaming", "-c", str(conf)]
+               if kind == "tidings" else [nats_server_binary(), "-c", str(conf)])
+        proc = start(cmd, port)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}/varz", timeout=10) as r:
+                varz = json.loads(r.read())
+            assert (varz["max_connections"], varz["host"]) == (7, "127.0.0.1"), kind
+            assert pid.read_text().strip() == str(proc.pid), kind
+            assert "Server is ready" in log.read_text(), kind
+        finally:
+            stop(proc)

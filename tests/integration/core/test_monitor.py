@@ -5,12 +5,15 @@ subscriptions of the client, messages and bytes in and out, also messages nobody
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,8 +34,10 @@ pytestmark = pytest.mark.timeout(60)
 ONLY_REFERENCE = {
     "varz": {
         "git_commit",  # a Go build's commit
-        "feature_flags", "system_account", "stale_connections", "stalled_clients",
-        "stale_connection_stats", "disk_io_wait_stats", "config_digest",  # JetStream/accounts
+        "feature_flags",  # no feature flags
+        "system_account",  # no accounts
+        "disk_io_wait_stats",  # JetStream's disk semaphore
+        "config_digest",  # the sha256 of Go's JSON encoding of the parsed file
     },
     "connz": set(),
 }
@@ -224,3 +229,176 @@ def test_closed_connections(servers: dict[str, Monitored]) -> None:
     assert found["tidings"]["reason"] in ("Client Closed", "Read Error")
     with pytest.raises(urllib.error.HTTPError):
         servers["tidings"].get("/connz?state=bogus")
+
+
+def _by_sid(subs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Sorted by sid, without the cid (each server numbers its connections its own way)."""
+    return sorted(({k: v for k, v in sub.items() if k != "cid"} for sub in subs),
+                  key=lambda sub: sub["sid"])
+
+
+def test_connz_subs_detail(servers: dict[str, Monitored]) -> None:
+    """subs=detail: each subscription's subject, queue group, sid, messages and max (UNSUB
+    with a count), and its connection's cid."""
+    found = {}
+    for kind, server in servers.items():
+        with RawConn(server.port) as c:
+            c.send(b'CONNECT {"verbose":false,"pedantic":false,"name":"detail"}\r\n'
+                   b"SUB d.a 1\r\nSUB d.b grp 2\r\nSUB d.c 3\r\nUNSUB 3 5\r\n"
+                   b"PUB d.a 1\r\nx\r\nPUB d.a 1\r\ny\r\nPUB d.b 1\r\nz\r\n")
+            c.barrier()
+            connz = server.get("/connz?subs=detail")
+        mine = next(conn for conn in connz["connections"] if conn.get("name") == "detail")
+        assert "subscriptions_list" not in mine, kind
+        assert {sub["cid"] for sub in mine["subscriptions_list_detail"]} == {mine["cid"]}
+        found[kind] = _by_sid(mine["subscriptions_list_detail"])
+    assert found["tidings"] == found["reference"] == [
+        {"subject": "d.a", "sid": "1", "msgs": 2},
+        {"subject": "d.b", "qgroup": "grp", "sid": "2", "msgs": 1},
+        {"subject": "d.c", "sid": "3", "msgs": 0, "max": 5},
+    ]
+    closed = servers["tidings"].get("/connz?state=closed&subs=detail")["connections"]
+    gone = next(conn for conn in closed if conn.get("name") == "detail")
+    assert _by_sid(gone["subscriptions_list_detail"]) == found["reference"]
+
+
+def test_subsz_counters_and_detail(servers: dict[str, Monitored]) -> None:
+    """num_inserts, num_removes, num_matches, num_cache, cache_hit_rate, max_fanout and
+    avg_fanout move as the reference's do; subs=1 lists the subscriptions (test=SUBJECT
+    those matching it) with account, sid, messages and cid; a bad test subject is a 400."""
+    for kind, server in servers.items():
+        before = server.get("/subsz")
+        with RawConn(server.port) as c:
+            c.send(b'CONNECT {"verbose":false,"pedantic":false,"name":"sz"}\r\n'
+                   b"SUB sz.a 1\r\nSUB sz.* 2\r\nSUB sz.b 3\r\nUNSUB 3\r\n"
+                   + b"PUB sz.a 1\r\nx\r\n" * 3 + b"PUB sz.none 0\r\n\r\n")
+            c.barrier()
+            after = server.get("/subsz")
+            detail = server.get("/subsz?subs=1&test=sz.a")
+            with pytest.raises(urllib.error.HTTPError) as bad:
+                server.get("/subsz?subs=1&test=sz.*")
+        assert bad.value.code == 400, kind
+        delta = {key: after[key] - before[key]
+                 for key in ("num_subscriptions", "num_inserts", "num_removes")}
+        assert delta == {"num_subscriptions": 2, "num_inserts": 3, "num_removes": 1}, kind
+        assert after["num_matches"] > before["num_matches"], kind
+        assert 0 <= after["cache_hit_rate"] <= 1 and after["num_cache"] >= 1, kind
+        assert after["max_fanout"] >= 2 and after["avg_fanout"] > 0, kind
+        assert (detail["total"], detail["offset"], detail["limit"]) == (2, 0, 1024), kind
+        subs = detail["subscriptions_list"]
+        assert _by_sid(subs) == [
+            {"account": "$G", "account_tag": "$G", "subject": "sz.a", "sid": "1", "msgs": 3},
+            {"account": "$G", "account_tag": "$G", "subject": "sz.*", "sid": "2", "msgs": 4},
+        ], kind
+        assert len({sub["cid"] for sub in subs}) == 1, kind
+
+
+def _cluster_of_two(kind: str, http: int) -> tuple[list[subprocess.Popen[bytes]], list[int]]:
+    """Two servers of one cluster on 127.0.0.1, the first monitored on `http`; and their
+    client ports."""
+    clients, routes = [free_port(), free_port()], [free_port(), free_port()]
+    procs = []
+    for i in range(2):
+        args = ["-a", "127.0.0.1", "-p", str(clients[i]), "--cluster",
+                f"nats://127.0.0.1:{routes[i]}", "--routes", f"nats://127.0.0.1:{routes[1 - i]}",
+                *(["-m", str(http)] if i == 0 else [])]
+        cmd = ([sys.executable, "-m", "tidings", "server", "--no_streaming", *args]
+               if kind == "tidings" else [nats_server_binary(), *args])
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        _wait_ready(clients[i], procs[-1])
+    return procs, clients
+
+
+def test_varz_connect_urls_once_the_cluster_forms() -> None:
+    """connect_urls: the client URLs of the cluster, this server's first, as the reference
+    fills it (nats.js's tests read it to see that a cluster formed)."""
+    for kind in ("tidings", "reference"):
+        http = free_port()
+        procs, (a, b) = _cluster_of_two(kind, http)
+        try:
+            url = f"http://127.0.0.1:{http}/varz"
+            deadline = time.monotonic() + 15
+            while True:
+                with urllib.request.urlopen(url, timeout=10) as r:
+                    varz = json.loads(r.read())
+                if "connect_urls" in varz and varz["routes"]:
+                    break
+                assert time.monotonic() < deadline, (kind, varz.get("routes"))
+                time.sleep(0.05)  # the route is being made: poll, with a bound
+            assert varz["connect_urls"] == [f"127.0.0.1:{a}", f"127.0.0.1:{b}"], kind
+        finally:
+            for p in procs:
+                p.terminate()
+                p.wait(10)
+
+
+@pytest.fixture(scope="module")
+def monitor_certs(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    import trustme
+
+    d = tmp_path_factory.mktemp("monitor-certs")
+    cert = trustme.CA().issue_cert("127.0.0.1")
+    cert.cert_chain_pems[0].write_to_path(d / "server.pem")
+    cert.private_key_pem.write_to_path(d / "server-key.pem")
+    return str(d / "server.pem"), str(d / "server-key.pem")
+
+
+@pytest.mark.parametrize(("conf", "flags", "scheme"), [
+    ("http: 127.0.0.1:{P}", [], "http"),
+    ('http: "127.0.0.1:{X}"\nhttp_port: {P}', [], "http"),
+    ("http: 127.0.0.1:{X}", ["-m", "{P}"], "http"),
+    ("https: 127.0.0.1:{P}\n{TLS}", [], "https"),
+], ids=["http", "http_port-after-http", "m-flag-after-http", "https"])
+def test_the_monitor_binds_the_host_given(tmp_path: Path, monitor_certs: tuple[str, str],
+                                          conf: str, flags: list[str], scheme: str) -> None:
+    """`http: HOST:PORT` (and https, and a port from http_port or -m after it) listens on
+    HOST only, as the reference does; the client port stays on every address."""
+    cert, key = monitor_certs
+    tls = f'tls {{ cert_file: "{cert}", key_file: "{key}" }}'
+    for kind in ("tidings", "reference"):
+        port, http, other = free_port(), free_port(), free_port()
+        values = {"P": str(http), "X": str(other), "TLS": tls}
+        path = tmp_path / f"{kind}.conf"
+        path.write_text(f"port: {port}\n" + conf.format(**values) + "\n")
+        args = ["-c", str(path), *(f.format(**values) for f in flags)]
+        cmd = ([sys.executable, "-m", "tidings", "server", "--no_streaming", *args]
+               if kind == "tidings" else [nats_server_binary(), *args])
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _wait_ready(port, proc)
+            context = ssl.create_default_context(cafile=None)
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+            with urllib.request.urlopen(f"{scheme}://127.0.0.1:{http}/varz", timeout=10,
+                                        context=context if scheme == "https" else None) as r:
+                assert json.loads(r.read())["http_host"] == "127.0.0.1", kind
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.2", http), timeout=5).close()
+            socket.create_connection(("127.0.0.2", port), timeout=5).close()
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+def test_varz_counts_stale_connections(tmp_path: Path) -> None:
+    """A client that answers no PING is closed as stale, and counted so, on both."""
+    for kind in ("tidings", "reference"):
+        port, http = free_port(), free_port()
+        path = tmp_path / f"{kind}.conf"
+        path.write_text(f'listen: 127.0.0.1:{port}\nhttp: 127.0.0.1:{http}\n'
+                        'ping_interval: "100ms"\nping_max: 1\n')
+        cmd = ([sys.executable, "-m", "tidings", "server", "--no_streaming", "-c", str(path)]
+               if kind == "tidings" else [nats_server_binary(), "-c", str(path)])
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _wait_ready(port, proc)
+            with RawConn(port) as silent:
+                silent.send(b'CONNECT {"verbose":false,"pedantic":false}\r\n')
+                assert silent.read_to_eof().endswith(b"-ERR 'Stale Connection'\r\n"), kind
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}/varz", timeout=10) as r:
+                varz = json.loads(r.read())
+            assert varz["stale_connections"] == 1, kind
+            assert varz["stale_connection_stats"] == {"clients": 1, "routes": 0,
+                                                      "gateways": 0, "leafs": 0}, kind
+        finally:
+            proc.terminate()
+            proc.wait(10)
