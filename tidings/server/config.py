@@ -38,7 +38,6 @@ UNSUPPORTED = {
     "syslog": "logging to syslog is not supported",
     "remote_syslog": "logging to syslog is not supported",
     "ocsp": "OCSP stapling is not supported",
-    "allow_non_tls": "TLS and plain clients on one port are not supported",
     "nkeys": "top-level nkeys are not supported: use authorization { users = [{nkey: ...}] }",
 }
 
@@ -217,6 +216,7 @@ _KEYS: dict[str, Handler] = {
     "https": _https,
     "https_port": _to("https_port", _port),
     "tls": _tls,
+    "allow_non_tls": _to("allow_non_tls", _bool),
     "monitor_port": _to("http_port", _port),
     "max_payload": _to("max_payload", _size),
     "max_control_line": _to("max_control_line", _size),

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidings.server")
 
 # What a reload may not change, by field, with the reference's name for it.
-FIXED = {"host": "Host", "port": "Port", "cluster": "Cluster", "http_port": "HTTP Port"}
+FIXED = {"host": "Host", "port": "Port", "cluster": "Cluster", "http_port": "HTTP Port",
+         "allow_non_tls": "AllowNonTLS"}
 # Fields that are not configuration (or are only the command line's).
 IGNORED = {"no_log"}
 
@@ -36,7 +37,7 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
     for name in changed:
         if name in FIXED:
             raise ValueError(f"config reload not supported for {FIXED[name]}: "
-                             f"old={getattr(old, name)}, new={getattr(new, name)}")
+                             f"old={_go(getattr(old, name))}, new={_go(getattr(new, name))}")
         if name.startswith("cluster") or name in ("routes", "no_advertise"):
             raise ValueError(f"config reload not supported for cluster {name}")
     if "tls" in changed and (old.tls is None) != (new.tls is None):
@@ -73,6 +74,11 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
         server.set_auth()
         _recheck_clients(server)
     return changed
+
+
+def _go(value: Any) -> str:
+    """A value as the reference prints it in its messages (booleans in lower case)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _shown(name: str, value: Any) -> str:

@@ -449,6 +449,9 @@ class WebSocketListener:
         info["host"], info["port"] = self.host, self.port
         if self.tls:
             info["tls_required"] = info["tls_available"] = True
+        else:  # whatever the client port has (tls_verify stays, as the reference's)
+            info.pop("tls_required", None)
+            info.pop("tls_available", None)
         info.pop("connect_urls", None)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
