@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import struct
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,15 @@ def masked(payload: bytes, key: bytes = KEY) -> bytes:
     return bytes(b ^ key[i & 3] for i, b in enumerate(payload))
 
 
+def deflated(data: bytes) -> bytes:
+    """`data` compressed as permessage-deflate sends a message (RFC 7692 7.2.1): raw
+    deflate, flushed, without the final 00 00 ff ff."""
+    compressor = zlib.compressobj(6, zlib.DEFLATED, -15)
+    out = compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
+    assert out.endswith(b"\x00\x00\xff\xff")
+    return out[:-4]
+
+
 def close_payload(status: int, reason: bytes = b"") -> bytes:
     return struct.pack("!H", status) + reason
 
@@ -54,11 +64,12 @@ def close_payload(status: int, reason: bytes = b"") -> bytes:
 @dataclass
 class Outcome:
     """What the server did: the payloads of its data frames (joined), its PONG payloads, its
-    close frame (status, reason) if it sent one, and whether it closed the connection."""
+    close frame (status, reason; (None, "") for one without a status) if it sent one, and
+    whether it closed the connection."""
 
     data: bytes = b""
     pongs: list[bytes] = field(default_factory=list)
-    close: tuple[int, str] | None = None
+    close: tuple[int | None, str] | None = None
     closed: bool = False
 
 
@@ -90,6 +101,14 @@ class RawWebSocket:
 
     def __exit__(self, *exc: object) -> None:
         self.sock.close()
+
+    def header(self, name: str) -> str | None:
+        """A header of the server's answer to the upgrade (any case), or None."""
+        for line in self.response_head.split("\r\n")[1:]:
+            key, _, value = line.partition(":")
+            if key.strip().lower() == name.lower():
+                return value.strip()
+        return None
 
     def send(self, data: bytes) -> bool:
         """Send raw bytes; False when the server has closed already."""
@@ -132,9 +151,7 @@ class RawWebSocket:
             size = struct.unpack("!Q", self._take(8))[0]
         payload = self._take(size)
         if b0 & RSV1:
-            import zlib
-
-            payload = zlib.decompress(payload + b"\x00\x00\xff\xff", -15)
+            payload = zlib.decompressobj(-15).decompress(payload + b"\x00\x00\xff\xff")
         return b0 & 0x0F, payload
 
     def outcome(self, until: bytes | None = None) -> Outcome:
@@ -148,7 +165,7 @@ class RawWebSocket:
                 out.closed = True
                 break
             if opcode == CLOSE:
-                status = struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else 0
+                status = struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else None
                 out.close = (status, payload[2:].decode(errors="replace"))
             elif opcode == PONG:
                 out.pongs.append(payload)
