@@ -111,10 +111,10 @@ class Cluster:
         server = self.server
         loop = server.loop
         if self.tls is not None:
-            from ..server.tls_session import TLSListener
+            from ..server.tls_session import Greeting, TLSListener
 
-            async def greet(conn: socket.socket, peer: Any) -> tuple[Any, bytes]:
-                return RouteConnection(self), b""
+            async def greet(conn: socket.socket, peer: Any) -> Greeting:
+                return Greeting(RouteConnection(self))
 
             self._listener = await TLSListener(  # type: ignore[assignment]
                 self.tls_contexts[0], self.tls.timeout, greet, kind="route"

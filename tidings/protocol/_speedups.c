@@ -12,9 +12,13 @@
  * On a route it walks the messages of the route's dialect instead: mode 1 the seed's
  * "MSG <subject> <sid> [reply] <size>", mode 2 the reference's "RMSG <account> <subject>
  * [reply] <size>" (no queue list), appending (subject, sid_or_account, reply, payload).
+ *
+ * ws_unmask() undoes a WebSocket client's masking (RFC 6455 5.3) of a frame's payload, or
+ * of a piece of it that starts `offset` bytes into the frame (tidings/server/ws_frames.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 static PyObject *
@@ -152,15 +156,59 @@ error:
     return NULL;
 }
 
+static PyObject *
+ws_unmask(PyObject *self, PyObject *args)
+{
+    Py_buffer data, key;
+    Py_ssize_t offset, i = 0, n;
+    PyObject *result = NULL;
+    unsigned char rotated[8];
+    uint64_t wide;
+
+    if (!PyArg_ParseTuple(args, "y*y*n", &data, &key, &offset))
+        return NULL;
+    if (key.len != 4) {
+        PyErr_SetString(PyExc_ValueError, "a masking key has 4 bytes");
+        goto done;
+    }
+    n = data.len;
+    result = PyBytes_FromStringAndSize(NULL, n);
+    if (result == NULL)
+        goto done;
+    {
+        const unsigned char *src = (const unsigned char *)data.buf;
+        const unsigned char *k = (const unsigned char *)key.buf;
+        unsigned char *dst = (unsigned char *)PyBytes_AS_STRING(result);
+
+        for (int j = 0; j < 8; j++)
+            rotated[j] = k[(offset + j) & 3];
+        memcpy(&wide, rotated, 8);
+        for (; i + 8 <= n; i += 8) {
+            uint64_t chunk;
+            memcpy(&chunk, src + i, 8);
+            chunk ^= wide;
+            memcpy(dst + i, &chunk, 8);
+        }
+        for (; i < n; i++)
+            dst[i] = src[i] ^ rotated[i & 7];
+    }
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&key);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_pubs", scan_pubs, METH_VARARGS,
      "scan_pubs(buf, pos, max_payload, max_control_line, cache, empty, keep_replies, out"
      "[, mode]) -> (pos, dropped, dropped_bytes)"},
+    {"ws_unmask", ws_unmask, METH_VARARGS,
+     "ws_unmask(data, key, offset) -> bytes: data XOR the 4-byte key, from key[offset % 4]"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_speedups", "Optional compiled fast path for the PUB parser.", -1,
+    PyModuleDef_HEAD_INIT, "_speedups", "Optional compiled fast paths: the PUB parser, WebSocket unmasking.", -1,
     methods,
 };
 

@@ -160,7 +160,8 @@ class ClientConnection(Connection):
         opts = server.options
         secure = server.tls_context is not None and not self.websocket and not self.internal
         if secure:
-            # From the TLS listener, the handshake over: INFO went before (tls_session.py).
+            # From the TLS listener: INFO went before (tls_session.py), and the handshake is
+            # over (or, with allow_non_tls, the client chose to stay in the clear).
             from .tls_session import tls_established
 
             tls_established(self, transport)

@@ -90,6 +90,7 @@ class ServerOptions:
     # Security and transports (issue 12): users and permissions, TLS, WebSocket.
     auth: AuthOptions = field(default_factory=AuthOptions)
     tls: TLSOptions | None = None
+    allow_non_tls: bool = False  # with tls: plain clients too, on the same port
     https_port: int = 0
     cluster_tls: TLSOptions | None = None
     websocket: WebSocketOptions | None = None

@@ -24,7 +24,7 @@ log = logging.getLogger("tidings.server")
 
 # What a reload may not change, by field, with the reference's name for it.
 FIXED = {"host": "Host", "port": "Port", "cluster": "Cluster", "http_port": "HTTP Port",
-         "http_host": "HTTPHost", "https_port": "HTTPSPort"}
+         "http_host": "HTTPHost", "https_port": "HTTPSPort", "allow_non_tls": "AllowNonTLS"}
 # Fields that are not configuration (or are only the command line's).
 IGNORED = {"no_log"}
 
@@ -38,8 +38,8 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
     for name in changed:
         if name in FIXED:
             raise ValueError(f"config reload not supported for {FIXED[name]}: "
-                             f"old={_shown_value(name, getattr(old, name))}, "
-                             f"new={_shown_value(name, getattr(new, name))}")
+                             f"old={_go(_shown_value(name, getattr(old, name)))}, "
+                             f"new={_go(_shown_value(name, getattr(new, name)))}")
         if name.startswith("cluster") or name in ("routes", "no_advertise"):
             raise ValueError(f"config reload not supported for cluster {name}")
     if "tls" in changed and (old.tls is None) != (new.tls is None):
@@ -76,6 +76,11 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
         server.set_auth()
         _recheck_clients(server)
     return changed
+
+
+def _go(value: Any) -> str:
+    """A value as the reference prints it in its messages (booleans in lower case)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _shown(name: str, value: Any) -> str:

@@ -136,7 +136,15 @@ class Server:
             self._sweeper = self.loop.call_later(1.0, self._sweep_writes)
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
         if opts.tls is not None:
-            log.info("TLS required for client connections")
+            tls = opts.tls
+            first_only = tls.handshake_first and tls.handshake_first_fallback <= 0
+            if opts.allow_non_tls and not first_only:
+                log.info("TLS available for client connections")
+            else:
+                log.info("TLS required for client connections")
+            if first_only:
+                log.warning('Clients that are not using "TLS Handshake First" option will '
+                            "fail to connect")
         if opts.cluster:
             from ..cluster.cluster import Cluster
 
@@ -215,9 +223,13 @@ class Server:
         if opts.auth_required:
             info["auth_required"] = True
         if opts.tls is not None:
-            info["tls_required"] = True
+            # allow_non_tls: TLS offered, not required (a TLS-first INFO still requires it).
+            if not opts.allow_non_tls:
+                info["tls_required"] = True
             if opts.tls.verify or opts.tls.verify_and_map:
                 info["tls_verify"] = True
+            if opts.allow_non_tls:
+                info["tls_available"] = True
         info["max_payload"] = opts.max_payload
         if self.lame_duck:
             info["ldm"] = True
@@ -375,12 +387,17 @@ class Server:
                 client.queue(self.info_for(client))
         self.loop.call_soon(self.flush)
 
-    def info_for(self, client: ClientConnection, connect_info: bool = False) -> bytes:
+    def info_for(self, client: ClientConnection, connect_info: bool = False,
+                 tls_first: bool = False) -> bytes:
+        """The INFO line for `client`; `tls_first`: the one sent over TLS at once, which
+        says tls_required even when allow_non_tls only offers TLS."""
         info = dict(self._info)
+        if tls_first and "tls_required" not in info:
+            info = _with_key_before(info, "tls_required", ("tls_verify", "tls_available"))
         if client.websocket and "auth_required" not in info and self.auth.required_for(client):
             info = _with_auth_required(info)
         if client.internal:  # nothing is required of the process's own client
-            for key in ("auth_required", "tls_required", "tls_verify"):
+            for key in ("auth_required", "tls_required", "tls_verify", "tls_available"):
                 info.pop(key, None)
         info["client_id"] = client.cid
         info["client_ip"] = client.host
@@ -664,10 +681,18 @@ def _add_counts(totals: dict[str, int], conn: Connection) -> None:
 
 def _with_auth_required(info: dict[str, Any]) -> dict[str, Any]:
     """`info` with auth_required, in the reference's place for it (before max_payload)."""
+    return _with_key_before(info, "auth_required", ("tls_required", "tls_verify",
+                                                     "tls_available"))
+
+
+def _with_key_before(info: dict[str, Any], name: str, after: tuple[str, ...]) -> dict[str, Any]:
+    """`info` with `name` set to True in the reference's place for it: before the first of
+    `after` present, else before max_payload."""
+    first = next((key for key in (*after, "max_payload") if key in info), "max_payload")
     out: dict[str, Any] = {}
     for key, value in info.items():
-        if key == "max_payload":
-            out["auth_required"] = True
+        if key == first:
+            out[name] = True
         out[key] = value
     return out
 

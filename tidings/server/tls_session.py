@@ -8,6 +8,13 @@ side; with `handshake_first`, the handshake at once and INFO over TLS (with a fa
 delay: if the client says nothing for that long, a plain INFO first, as the reference). A
 route: the handshake at once, before CONNECT and INFO.
 
+With `allow_non_tls` (TLS and plain clients on one port) INFO offers TLS (`tls_available`)
+and the client's first byte decides, as the reference's: 0x16 (a TLS record of the
+handshake: the ClientHello) starts the handshake, anything else (a CONNECT) makes a plain
+connection of it; the byte is only peeked at, so it reaches the handshake or the parser
+as sent. A client that says nothing within the TLS timeout is taken as plain (its auth
+timeout then applies). `handshake_first` without a fall-back delay still requires TLS.
+
 A handshake that fails, or is not over within the TLS timeout, closes that socket only,
 logged as the reference logs it ("TLS handshake error: ...").
 """
@@ -20,7 +27,7 @@ import logging
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..protocol import encode
 from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
@@ -37,11 +44,24 @@ _NOT_TLS = {"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "HTTPS_PROXY_REQUEST",
             "UNSUPPORTED_PROTOCOL", "UNKNOWN_PROTOCOL", "RECORD_LAYER_FAILURE",
             "PACKET_LENGTH_TOO_LONG"}
 
-# Before the handshake: (socket, peer address) -> the connection's protocol and what to
-# write first once TLS is up (a client's INFO when TLS comes first), or None to drop the
-# socket. It may write to the socket (a client's INFO in the clear).
-Greeter = Callable[[socket.socket, tuple[str, int]],
-                   Awaitable[tuple[asyncio.Protocol, bytes] | None]]
+# A TLS record's first byte when it carries a handshake message (RFC 8446 5.1): what a
+# ClientHello starts with.
+TLS_HANDSHAKE_RECORD = 0x16
+
+
+class Greeting(NamedTuple):
+    """What happens to an accepted socket: its protocol, what to write first once TLS is
+    up (a client's INFO when TLS comes first), and whether TLS comes at all (allow_non_tls:
+    a plain client)."""
+
+    protocol: asyncio.Protocol
+    first: bytes = b""
+    tls: bool = True
+
+
+# Before the handshake: (socket, peer address) -> the Greeting, or None to drop the socket.
+# It may write to the socket (a client's INFO in the clear) and wait for the client.
+Greeter = Callable[[socket.socket, tuple[str, int]], Awaitable[Greeting | None]]
 
 
 class TLSListener:
@@ -116,7 +136,11 @@ class TLSListener:
             greeted = await self.greet(conn, peer)
             if greeted is None:
                 return
-            protocol, first = greeted
+            protocol, first, tls = greeted
+            if not tls:  # allow_non_tls: a plain client
+                await loop.connect_accepted_socket(lambda: protocol, conn)
+                made = True
+                return
             if not self.kind:
                 who = describe(protocol, who)
             if log.isEnabledFor(logging.DEBUG):
@@ -149,8 +173,7 @@ def client_greeter(server: Server, make: Callable[[], ClientConnection]) -> Gree
     address fixed (INFO names them), INFO written in the clear (unless TLS comes first;
     with a fall-back delay, written if the client has said nothing by then)."""
 
-    async def greet(conn: socket.socket,
-                    peer: tuple[str, int]) -> tuple[asyncio.Protocol, bytes] | None:
+    async def greet(conn: socket.socket, peer: tuple[str, int]) -> Greeting | None:
         tls = server.options.tls
         assert tls is not None
         client = make()
@@ -158,21 +181,24 @@ def client_greeter(server: Server, make: Callable[[], ClientConnection]) -> Gree
         client.host, client.port = peer[0], peer[1]
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s - Client connection created", client.describe())
-        info = server.info_for(client)
         loop = asyncio.get_running_loop()
-        if tls.handshake_first and tls.handshake_first_fallback > 0:
-            if not await _speaks_within(conn, tls.handshake_first_fallback):
-                await loop.sock_sendall(conn, info)  # a client that waits for INFO
-                return client, b""
-        if tls.handshake_first:
-            return client, info
-        await loop.sock_sendall(conn, info)
+        if tls.handshake_first and (tls.handshake_first_fallback <= 0 or await _speaks_within(
+                conn, tls.handshake_first_fallback)):
+            return Greeting(client, server.info_for(client, tls_first=True))
+        # INFO in the clear (TLS after it; or, past the fall-back delay, for a client that
+        # waits for INFO).
+        await loop.sock_sendall(conn, server.info_for(client))
         if server.full():
             # As the reference: refused before the handshake, in the clear.
             await loop.sock_sendall(conn, encode.err(MAX_CONNECTIONS_EXCEEDED))
             log.error("%s - maximum connections exceeded", client.describe())
             return None
-        return client, b""
+        if not server.options.allow_non_tls:
+            return Greeting(client)
+        first = await _first_byte(conn, tls.timeout)
+        if first == b"":
+            return None  # gone before saying anything
+        return Greeting(client, tls=first is not None and first[0] == TLS_HANDSHAKE_RECORD)
 
     return greet
 
@@ -216,6 +242,19 @@ def log_failure(exc: BaseException, who: str, kind: str) -> None:
         log.error("%s - %s: %s", who, what, text)
     else:
         log.debug("%s - %s: %s", who, what, text)
+
+
+async def _first_byte(conn: socket.socket, timeout: float) -> bytes | None:
+    """The peer's first byte, left in the socket (peeked): b"" if it closed, None if it
+    said nothing within `timeout` seconds."""
+    if not await _speaks_within(conn, timeout):
+        return None
+    try:
+        return conn.recv(1, socket.MSG_PEEK)
+    except BlockingIOError:
+        return None  # (readable, then nothing: not seen on Linux, but not an error either)
+    except OSError:
+        return b""
 
 
 async def _speaks_within(conn: socket.socket, delay: float) -> bool:

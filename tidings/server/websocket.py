@@ -1,14 +1,18 @@
 """The WebSocket listener (`websocket { }`): NATS clients over ws:// and wss://, as nats-server.
 
-aiohttp's server does the HTTP upgrade and the framing. Before it does, the request is checked
-as the reference checks it (method, Host, Upgrade, Connection, Sec-WebSocket-Key and -Version,
-same_origin and allowed_origins), with the reference's statuses. Each upgraded connection runs
-an ordinary ClientConnection (the same protocol as over TCP) on `WebSocketTransport`, an
-asyncio transport over the WebSocket: binary (or text) frames in are `data_received`, each
-write of the server (one per flush) goes out as one binary frame, and the transport reports its
-pending bytes and calls pause_writing/resume_writing around the limits, so flow control,
-slow consumers and the write deadline work as over TCP. A close frame carries the status and
-reason the reference gives for why the connection was closed.
+Each accepted socket is a `WebSocketSession` (an asyncio Protocol): first the HTTP upgrade
+request, checked as the reference checks it (method, Host, Upgrade, Connection,
+Sec-WebSocket-Key and -Version, same_origin and allowed_origins) and refused with the
+reference's statuses; then the frames (ws_frames.py), read and written here, on the socket's
+own transport. The client on top is an ordinary ClientConnection (the same protocol as over
+TCP) on `WebSocketTransport`: the payload of the client's frames is its `data_received` as it
+arrives (a fragment is not held until its message ends, as the reference does not), each
+write of the server (one per flush) goes out as one binary frame, and the socket's own write
+buffer, limits and pause_writing/resume_writing are the client's, so flow control, slow
+consumers and the write deadline work as over TCP. A frame that breaks RFC 6455's rules
+fails the connection with a close frame of status 1002 and the reference's reason; when the
+server closes a client, its close frame carries the status and reason the reference gives
+for why.
 """
 
 from __future__ import annotations
@@ -17,15 +21,18 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import hashlib
 import logging
 import os
+import socket
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from aiohttp import WSMsgType, web
-
+from . import ws_frames
 from .options import WebSocketOptions
+from .ws_frames import BINARY, CLOSE, PONG, Deflater, FrameReader, control_frame
 
 if TYPE_CHECKING:
     from .client import ClientConnection
@@ -33,13 +40,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidings.server")
 
-# The largest message taken in one WebSocket message (the reference's limit for compressed
-# ones; uncompressed it has none, aiohttp needs one).
-MAX_MESSAGE = 64 * 1024 * 1024
-# While congested with nothing left to send: how often to look whether the socket drained.
-DRAIN_POLL = 0.005
-# How long a closing handshake waits for the client's close frame.
-CLOSE_TIMEOUT = 1.0
+# An upgrade request's head (request line and headers) may be this long, as Go's
+# http.Server's default (DefaultMaxHeaderBytes, and its 4 KiB of slack).
+MAX_REQUEST_HEAD = 1024 * 1024 + 4096
+# RFC 6455 1.3: what the client's key is hashed with for Sec-WebSocket-Accept.
+_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+_PMC_RESPONSE = (b"Sec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover; "
+                 b"client_no_context_takeover\r\n")
+_NO_MASKING = "Nats-No-Masking"
 
 # The close status and reason for why the server closed a client (its /connz reason), as the
 # reference's close frame gives them.
@@ -68,113 +76,101 @@ _CLOSE_TEXT = {"Maximum Payload Exceeded": "Maximum Message Payload Exceeded"}
 def close_frame_for(reason: str) -> tuple[int, bytes]:
     """(status, body) of the close frame for a connection closed for `reason`."""
     status = _CLOSE_STATUS.get(reason, 1011)
-    body = _CLOSE_TEXT.get(reason, reason).encode()
-    if len(body) > 123:  # a control frame's payload is at most 125 bytes
-        body = body[:120] + b"..."
-    return status, body
+    payload = ws_frames.close_payload(status, _CLOSE_TEXT.get(reason, reason))
+    return status, payload[2:]
 
 
 class WebSocketTransport(asyncio.Transport):
-    """An asyncio transport for the server's protocol over one upgraded WebSocket."""
+    """The transport a WebSocket client's ClientConnection writes to and reads through:
+    writes become binary frames on the socket, the rest is the socket's own."""
 
-    def __init__(self, ws: web.WebSocketResponse, request: web.BaseRequest,
-                 protocol: ClientConnection) -> None:
+    __slots__ = ("_session", "_raw", "_protocol", "_deflater", "close_sent", "_closing")
+
+    def __init__(self, session: WebSocketSession, raw: asyncio.Transport,
+                 protocol: ClientConnection, compress: bool) -> None:
         super().__init__()
-        self._ws = ws
-        self._raw: asyncio.Transport | None = request.transport  # type: ignore[assignment]
+        self._session = session
+        self._raw = raw
         self._protocol = protocol
-        raw = self._raw
-        self._extra = {
-            "peername": raw.get_extra_info("peername") if raw is not None else None,
-            "sockname": raw.get_extra_info("sockname") if raw is not None else None,
-            "ssl_object": raw.get_extra_info("ssl_object") if raw is not None else None,
-            "peercert": raw.get_extra_info("peercert") if raw is not None else None,
-        }
-        self._out: list[bytes] = []
-        self._queued = 0  # bytes in _out
-        self._inflight = 0  # bytes being compressed, not yet in the socket's buffer
-        self._sending = False  # the writer is in a send (waiting for the socket to drain)
-        self._high = 64 * 1024
-        self._low = 16 * 1024
-        self._congested = False  # the protocol's pause_writing was called
+        self._deflater = Deflater() if compress else None
+        self.close_sent = False  # a close frame went out: nothing more may follow
         self._closing = False
-        self._wake = asyncio.Event()
-        self._reading = asyncio.Event()
-        self._reading.set()
 
-    # -- asyncio.Transport ---------------------------------------------------
+    # -- writing ----------------------------------------------------------------------------
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self._closing or not data:
+        if self._closing or self.close_sent or not data:
             return
-        self._out.append(bytes(data))
-        self._queued += len(data)
-        self._wake.set()
-        self._check_high()
+        size = len(data)
+        if self._deflater is not None and size > ws_frames.COMPRESS_THRESHOLD:
+            body = self._deflater.deflate(bytes(data))
+            self._raw.write(ws_frames.header(BINARY, len(body), compressed=True) + body)
+        elif size < 16384:
+            self._raw.write(ws_frames.header(BINARY, size) + data)
+        else:  # not copied into a new buffer
+            self._raw.writelines((ws_frames.header(BINARY, size), data))
 
     def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
-        if self._closing:
+        if self._closing or self.close_sent:
             return
-        for data in list_of_data:
-            self._out.append(bytes(data))
-            self._queued += len(data)
-        self._wake.set()
-        self._check_high()
+        pieces = list(list_of_data)
+        if self._deflater is not None:
+            self.write(b"".join(pieces))
+            return
+        size = sum(len(piece) for piece in pieces)
+        if size:
+            self._raw.writelines([ws_frames.header(BINARY, size), *pieces])
 
+    def send_close(self, payload: bytes) -> None:
+        """A close frame with `payload`; nothing is written after it."""
+        if not self.close_sent and not self._raw.is_closing():
+            self.close_sent = True
+            self._raw.write(control_frame(CLOSE, payload))
+
+    def send_pong(self, payload: bytes) -> None:
+        if not self.close_sent and not self._raw.is_closing():
+            self._raw.write(control_frame(PONG, payload))
+
+    # -- asyncio.Transport ------------------------------------------------------------------
     def get_write_buffer_size(self) -> int:
-        """What the socket has not taken. Bytes queued while the writer is idle go to the
-        socket on the next loop turn (as a socket transport's write would send them at
-        once): they count only while the writer waits for the socket to drain."""
-        raw = self._raw
-        buffered = raw.get_write_buffer_size() if raw is not None and not raw.is_closing() else 0
-        waiting = self._queued if self._sending else 0
-        return waiting + self._inflight + buffered
+        return self._raw.get_write_buffer_size()
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        if high is None:
-            high = 64 * 1024 if low is None else 4 * low
-        if low is None:
-            low = high // 4
-        self._high, self._low = high, low
+        self._raw.set_write_buffer_limits(high, low)
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
-        return self._low, self._high
+        return self._raw.get_write_buffer_limits()
 
     def is_closing(self) -> bool:
-        return self._closing
+        return self._closing or self._raw.is_closing()
 
     def close(self) -> None:
-        """Send what is queued, then a close frame with the reason, then close."""
-        if not self._closing:
-            self._closing = True
-            self._wake.set()
-            self._reading.set()
+        """The close frame with the status and reason of why the client is closed (unless
+        one went already), after what is queued, then the socket's close."""
+        if self._closing:
+            return
+        self._closing = True
+        status, body = close_frame_for(self._protocol.close_reason or "Client Closed")
+        self.send_close(status.to_bytes(2, "big") + body)
+        self._raw.close()
 
     def abort(self) -> None:
         """Close at once, dropping what is queued (a slow consumer)."""
         self._closing = True
-        self._out.clear()
-        self._queued = 0
-        self._wake.set()
-        self._reading.set()
-        if self._raw is not None:
-            self._raw.abort()
+        self._raw.abort()
 
     def pause_reading(self) -> None:
-        self._reading.clear()
+        self._raw.pause_reading()
 
     def resume_reading(self) -> None:
-        self._reading.set()
+        self._raw.resume_reading()
 
     def is_reading(self) -> bool:
-        return self._reading.is_set()
+        return self._raw.is_reading()
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "websocket":
-            return self._ws
-        value = self._extra.get(name)
-        if value is None and self._raw is not None:
-            value = self._raw.get_extra_info(name)
-        return default if value is None else value
+            return self._session
+        return self._raw.get_extra_info(name, default)
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
         self._protocol = protocol  # type: ignore[assignment]
@@ -182,102 +178,218 @@ class WebSocketTransport(asyncio.Transport):
     def get_protocol(self) -> asyncio.BaseProtocol:
         return self._protocol
 
-    # -- flow control ----------------------------------------------------------
-    def _check_high(self) -> None:
-        if not self._congested and self.get_write_buffer_size() > self._high:
-            self._congested = True
-            self._protocol.pause_writing()
 
-    def _check_low(self) -> None:
-        if self._congested and self.get_write_buffer_size() <= self._low:
-            self._congested = False
-            self._protocol.resume_writing()
+@dataclass
+class UpgradeRequest:
+    """An HTTP request's head, as far as the upgrade needs it."""
 
-    # -- the connection's life -------------------------------------------------
-    async def run(self) -> None:
-        """Read until the WebSocket closes (the writer runs beside), then tell the protocol."""
-        writer = asyncio.ensure_future(self._write_loop())
-        exc: Exception | None = None
-        try:
-            exc = await self._read_loop()
-        finally:
-            self._closing = True
-            self._wake.set()
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(writer, CLOSE_TIMEOUT + 1)
-            if not writer.done():
-                writer.cancel()
-            self._out.clear()
-            self._queued = self._inflight = 0
-            self._raw = None
-            self._protocol.connection_lost(exc)
+    method: str
+    path: str
+    headers: dict[str, list[str]] = field(default_factory=dict)  # lower-case name -> values
+    peer: str = "?"
 
-    async def _read_loop(self) -> Exception | None:
-        ws, protocol = self._ws, self._protocol
-        while not self._closing:
-            if not self._reading.is_set():
-                await self._reading.wait()
-                continue
-            msg = await ws.receive()
-            if msg.type is WSMsgType.BINARY or msg.type is WSMsgType.TEXT:
-                data = msg.data
-                protocol.data_received(data if isinstance(data, bytes) else data.encode())
-            elif msg.type is WSMsgType.ERROR:
-                return msg.data if isinstance(msg.data, Exception) else None
-            else:  # CLOSE, CLOSING, CLOSED: the client is gone (aiohttp answered its close)
-                return None
-        # We are closing: the writer sends the close frame, whose answer ends the reading.
-        while not ws.closed:
-            msg = await ws.receive()
-            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED,
-                            WSMsgType.ERROR):
-                break
+    def get(self, name: str) -> str:
+        values = self.headers.get(name.lower())
+        return values[0] if values else ""
+
+    def getall(self, name: str) -> list[str]:
+        return self.headers.get(name.lower(), [])
+
+    @property
+    def host(self) -> str:
+        return self.get("Host")
+
+
+def parse_request(head: bytes, peer: str) -> UpgradeRequest | None:
+    """The request line and headers (up to the blank line), or None if they are not HTTP."""
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[0]:
         return None
-
-    async def _write_loop(self) -> None:
-        ws = self._ws
-        try:
-            while True:
-                if not self._out:
-                    if self._closing:
-                        break
-                    if self._congested:
-                        # Nothing more to send, but the socket still holds too much: look
-                        # again shortly (aiohttp does not tell us when it drains).
-                        with contextlib.suppress(asyncio.TimeoutError):
-                            await asyncio.wait_for(self._wake.wait(), DRAIN_POLL)
-                        self._check_low()
-                    else:
-                        await self._wake.wait()
-                    self._wake.clear()
-                    continue
-                out = self._out
-                data = out[0] if len(out) == 1 else b"".join(out)
-                self._out = []
-                self._queued = 0
-                self._inflight = len(data) if ws.compress else 0
-                self._sending = True
-                try:
-                    await ws.send_bytes(data)
-                finally:
-                    self._inflight = 0
-                    self._sending = False
-                self._check_high()
-                self._check_low()
-            if not ws.closed:
-                status, body = close_frame_for(self._protocol.close_reason or "Client Closed")
-                await ws.close(code=status, message=body)
-        except (ConnectionError, RuntimeError, OSError) as exc:
-            log.debug("websocket write failed: %s", exc)
-            self._closing = True
-            if self._raw is not None:
-                self._raw.abort()
+    try:
+        path = urlsplit(parts[1]).path or "/"
+    except ValueError:  # "http://[nonsense"
+        return None
+    request = UpgradeRequest(parts[0], path, peer=peer)
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip() or " " in name:
+            return None
+        request.headers.setdefault(name.lower(), []).append(value.strip(" \t"))
+    return request
 
 
-# -- the HTTP side -------------------------------------------------------------------------
-def _header_has(request: web.BaseRequest, name: str, value: str) -> bool:
+class WebSocketSession(asyncio.Protocol):
+    """One socket of the WebSocket listener: the upgrade, then the frames of its client."""
+
+    def __init__(self, listener: WebSocketListener) -> None:
+        self.listener = listener
+        self.raw: asyncio.Transport | None = None
+        self.peer = "?"
+        self._head = bytearray()  # the upgrade request so far
+        self._timer: asyncio.TimerHandle | None = None
+        self.client: ClientConnection | None = None
+        self.transport: WebSocketTransport | None = None
+        self.reader: FrameReader | None = None
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.raw = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.listener.sessions.add(self)
+        timeout = self.listener.options.handshake_timeout
+        if timeout > 0:
+            self._timer = asyncio.get_running_loop().call_later(timeout, self._too_slow)
+
+    def data_received(self, data: bytes) -> None:
+        if self.reader is not None:
+            self._frames(data)
+        elif self.raw is not None and not self.raw.is_closing():
+            self._upgrade(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.listener.sessions.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.client is not None:
+            self.client.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self.client is not None:
+            self.client.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.client is not None:
+            self.client.resume_writing()
+
+    def close(self) -> None:
+        """Close a socket still in its upgrade (shutdown)."""
+        if self.client is None and self.raw is not None:
+            self.raw.close()
+
+    # -- the frames -------------------------------------------------------------------------
+    def _frames(self, data: bytes) -> None:
+        reader, client, transport = self.reader, self.client, self.transport
+        assert reader is not None and client is not None and transport is not None
+        reader.max_payload = client.parser.max_payload
+        payload = reader.feed(data)
+        if reader.pings:  # answered first, as the reference puts control frames first
+            for ping in reader.pings:
+                transport.send_pong(ping)
+            reader.pings.clear()
+        if payload:
+            client.data_received(payload)
+        if reader.error is not None:
+            self._failed(reader.error)
+        elif reader.close is not None:
+            # The client is done: its close frame answered, then the socket closed, as the
+            # reference ("Client Closed").
+            transport.send_close(reader.close)
+            client.close_reason = client.close_reason or "Client Closed"
+            client.close_with_error(None)
+
+    def _failed(self, error: ws_frames.FrameError) -> None:
+        """A frame broke a rule (or a compressed message its bounds): as the reference, a
+        read error, with a close frame of status 1002 and the reason for a broken rule."""
+        client, transport = self.client, self.transport
+        assert client is not None and transport is not None
+        if client.closed:
+            return
+        log.error("%s - read error: %s", client.describe(), error.reason)
+        client.close_reason = "Read Error"
+        if error.protocol:
+            client.server.flush()
+            transport.send_close(ws_frames.close_payload(ws_frames.STATUS_PROTOCOL_ERROR,
+                                                         error.reason))
+        client.close_with_error(None)
+
+    # -- the upgrade ------------------------------------------------------------------------
+    def _too_slow(self) -> None:
+        if self.client is None and self.raw is not None:
+            log.debug("%s - websocket handshake timeout", self.peer)
+            self.raw.close()
+
+    def _upgrade(self, data: bytes) -> None:
+        raw = self.raw
+        assert raw is not None
+        seen = len(self._head)
+        self._head += data
+        end = self._head.find(b"\r\n\r\n", max(seen - 3, 0))
+        if end < 0:
+            if len(self._head) > MAX_REQUEST_HEAD:
+                self._respond(431, "")
+            return
+        head, rest = bytes(self._head[:end]), self._head[end + 4:]
+        self._head = bytearray()
+        request = parse_request(head, self.peer)
+        if request is None:
+            self._respond(400, "")
+            return
+        listener = self.listener
+        refused = _check_upgrade(request, listener.origins, listener.tls)
+        if refused is not None:
+            self._respond(*refused)
+            return
+        if rest:
+            # As the reference: frames may not come before the upgrade's answer.
+            log.error("%s - websocket handshake error: client sent data before handshake "
+                      "is complete", self.peer)
+            raw.close()
+            return
+        self._accept(request)
+
+    def _respond(self, status: int, reason: str) -> None:
+        """Refuse the request with `status` (logging `reason`, if any), then close."""
+        assert self.raw is not None
+        if reason:
+            log.error("%s - websocket handshake error: %s", self.peer, reason)
+        text = f"{_STATUS_TEXT.get(status, 'Error')}\n".encode()
+        self.raw.write(
+            b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            b"Sec-Websocket-Version: 13\r\nX-Content-Type-Options: nosniff\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n%b"
+            % (status, _STATUS_TEXT.get(status, "Error").encode(), len(text), text))
+        self.raw.close()
+
+    def _accept(self, request: UpgradeRequest) -> None:
+        """The 101 answer (the reference's headers), then the client."""
+        raw, listener = self.raw, self.listener
+        assert raw is not None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        compress = listener.options.compression and _header_has_pmc(request)
+        no_masking = request.get(_NO_MASKING) == "true"
+        key = request.get("Sec-WebSocket-Key").encode()
+        accept = base64.b64encode(hashlib.sha1(key + _GUID).digest())
+        raw.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                  b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n"
+                  + (_PMC_RESPONSE if compress else b"")
+                  + (b"Nats-No-Masking: true\r\n" if no_masking else b"") + b"\r\n")
+        if request.path.endswith("/leafnode"):
+            log.error("Not configured to accept leaf node connections")
+            raw.write(control_frame(CLOSE, ws_frames.close_payload(1000, "")))
+            raw.close()
+            return
+        server = listener.server
+        client = server.client_kind(server)
+        client.websocket = True
+        self.reader = FrameReader(masked=not no_masking, compressed=compress,
+                                  max_payload=server.options.max_payload)
+        self.transport = WebSocketTransport(self, raw, client, compress)
+        self.client = client
+        client.connection_made(self.transport)
+
+
+# -- the HTTP checks -----------------------------------------------------------------------------
+def _header_has(request: UpgradeRequest, name: str, value: str) -> bool:
     """Whether one of the comma-separated tokens of header `name` is `value` (any case)."""
-    for line in request.headers.getall(name, ()):
+    for line in request.getall(name):
         for token in line.split(","):
             if token.strip(" \t").lower() == value.lower():
                 return True
@@ -307,15 +419,18 @@ class _Origins:
             host, port = _host_and_port(parts.scheme == "https", parts.netloc)
             self.allowed.setdefault(host, []).append((parts.scheme, port))
 
-    def refusal(self, request: web.BaseRequest, tls: bool) -> str | None:
+    def refusal(self, request: UpgradeRequest, tls: bool) -> str | None:
         """Why the request's origin is not allowed, or None."""
         if not self.same and not self.allowed:
             return None
-        origin = request.headers.get("Origin") or request.headers.get("Sec-WebSocket-Origin")
+        origin = request.get("Origin") or request.get("Sec-WebSocket-Origin")
         if not origin:
             return None
-        parts = urlsplit(origin)
-        if not parts.scheme or not parts.netloc:
+        try:
+            parts = urlsplit(origin)
+        except ValueError:
+            parts = None
+        if parts is None or not parts.scheme or not parts.netloc:
             return f'parse "{origin}": invalid URI for request'
         host, port = _host_and_port(parts.scheme == "https", parts.netloc)
         if self.same:
@@ -328,35 +443,24 @@ class _Origins:
         return None
 
 
-def _refuse(request: web.BaseRequest, status: int, reason: str) -> web.Response:
-    """The reference's answer to a bad upgrade request: the status and its standard text."""
-    peer = request.transport.get_extra_info("peername") if request.transport else None
-    where = f"{peer[0]}:{peer[1]}" if peer else "?"
-    log.error("%s - websocket handshake error: %s", where, reason)
-    response = web.Response(status=status, text=f"{_STATUS_TEXT.get(status, 'Error')}\n")
-    response.headers["Sec-WebSocket-Version"] = "13"
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    return response
-
-
 _STATUS_TEXT = {400: "Bad Request", 403: "Forbidden", 404: "Not Found",
-                405: "Method Not Allowed"}
+                405: "Method Not Allowed", 431: "Request Header Fields Too Large"}
 
 
-def _check_upgrade(request: web.BaseRequest, origins: _Origins, tls: bool
+def _check_upgrade(request: UpgradeRequest, origins: _Origins, tls: bool
                    ) -> tuple[int, str] | None:
     """(status, reason) when the upgrade request is refused, in the reference's order."""
     if request.path.endswith("/mqtt"):
         return 404, "mqtt websocket endpoint not enabled"
     if request.method != "GET":
         return 405, "request method must be GET"
-    if not request.headers.get("Host"):
+    if not request.host:
         return 400, "'Host' missing in request"
     if not _header_has(request, "Upgrade", "websocket"):
         return 400, "invalid value for header 'Upgrade'"
     if not _header_has(request, "Connection", "Upgrade"):
         return 400, "invalid value for header 'Connection'"
-    key = request.headers.get("Sec-WebSocket-Key", "")
+    key = request.get("Sec-WebSocket-Key")
     if not key:
         return 400, "key missing"
     try:
@@ -373,8 +477,18 @@ def _check_upgrade(request: web.BaseRequest, origins: _Origins, tls: bool
     return None
 
 
+def _header_has_pmc(request: UpgradeRequest) -> bool:
+    """Whether the client offers permessage-deflate."""
+    for line in request.getall("Sec-WebSocket-Extensions"):
+        for extension in line.split(","):
+            for param in extension.split(";"):
+                if param.strip(" \t").lower() == "permessage-deflate":
+                    return True
+    return False
+
+
 class WebSocketListener:
-    """The HTTP server that upgrades requests and hands each WebSocket to a client."""
+    """The listening socket whose connections are WebSocket sessions."""
 
     def __init__(self, server: Server, options: WebSocketOptions) -> None:
         self.server = server
@@ -383,8 +497,8 @@ class WebSocketListener:
         self.tls = options.tls is not None
         self.host = options.host
         self.port = max(options.port, 0)
-        self._runner: web.AppRunner | None = None
-        self._site: web.TCPSite | None = None
+        self.sessions: set[WebSocketSession] = set()
+        self._server: asyncio.Server | None = None
         self.listening = False
 
     def listen_error(self, exc: OSError) -> str:
@@ -400,29 +514,18 @@ class WebSocketListener:
     async def start(self) -> None:
         opts = self.options
         ssl_context = None
+        timeout = None
         if opts.tls is not None:
             from .tls import server_context
 
             ssl_context = server_context(opts.tls)
-        app = web.Application(handler_args={"max_field_size": 8190})
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        keepalive = opts.handshake_timeout if opts.handshake_timeout > 0 else 75.0
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     keepalive_timeout=keepalive, shutdown_timeout=1.0)
-        await self._runner.setup()
-        self._site = web.TCPSite(self._runner, opts.host, self.port, ssl_context=ssl_context,
-                                 reuse_address=True, backlog=4096)
-        try:
-            await self._site.start()
-        except OSError:
-            await self._runner.cleanup()
-            self._runner = None
-            raise
+            timeout = opts.tls.timeout
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: WebSocketSession(self), opts.host or None, self.port, ssl=ssl_context,
+            ssl_handshake_timeout=timeout, reuse_address=True, backlog=4096)
         self.listening = True
-        server = getattr(self._site, "_server", None)
-        sockets = getattr(server, "sockets", None)
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
+        self.port = self._server.sockets[0].getsockname()[1]
         log.info("Listening for websocket clients on %s://%s:%d", self.scheme, opts.host,
                  self.port)
         if not self.tls:
@@ -430,18 +533,16 @@ class WebSocketListener:
 
     def close(self) -> None:
         """Stop accepting new WebSocket clients (shutdown, lame duck)."""
-        site = self._site
-        server = getattr(site, "_server", None)
-        if server is not None:
-            server.close()
+        if self._server is not None:
+            self._server.close()
 
     async def stop(self) -> None:
-        """Stop the HTTP server, once the clients are closed."""
+        """Stop listening, and close the sockets still in their upgrade (the clients are
+        closed by the server before)."""
         self.close()
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            with contextlib.suppress(Exception):
-                await runner.cleanup()
+        for session in list(self.sessions):
+            session.close()
+        self._server = None
 
     def adjust_info(self, info: dict[str, Any]) -> None:
         """The INFO of a WebSocket client, as the reference makes it: the WebSocket host and
@@ -449,34 +550,7 @@ class WebSocketListener:
         info["host"], info["port"] = self.host, self.port
         if self.tls:
             info["tls_required"] = info["tls_available"] = True
+        else:  # whatever the client port has (tls_verify stays, as the reference's)
+            info.pop("tls_required", None)
+            info.pop("tls_available", None)
         info.pop("connect_urls", None)
-
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        refused = _check_upgrade(request, self.origins, self.tls)
-        if refused is not None:
-            return _refuse(request, *refused)
-        compress = self.options.compression and _header_has_pmc(request)
-        ws = web.WebSocketResponse(compress=compress, max_msg_size=MAX_MESSAGE,
-                                   timeout=CLOSE_TIMEOUT, autoping=True, decode_text=False)
-        await ws.prepare(request)
-        if request.path.endswith("/leafnode"):
-            log.error("Not configured to accept leaf node connections")
-            await ws.close()
-            return ws
-        server = self.server
-        client = server.client_kind(server)
-        client.websocket = True
-        transport = WebSocketTransport(ws, request, client)
-        client.connection_made(transport)
-        await transport.run()
-        return ws
-
-
-def _header_has_pmc(request: web.BaseRequest) -> bool:
-    """Whether the client offers permessage-deflate."""
-    for line in request.headers.getall("Sec-WebSocket-Extensions", ()):
-        for extension in line.split(","):
-            for param in extension.split(";"):
-                if param.strip(" \t").lower() == "permessage-deflate":
-                    return True
-    return False

@@ -29,7 +29,7 @@ import pytest
 import trustme
 
 import tidings.client
-from tests.servers import free_port, nats_server_binary, stop_process
+from tests.servers import free_port, nats_server_binary, stop_process, wait_listening
 
 from .rawnats import RawConn
 
@@ -555,3 +555,180 @@ async def test_max_connections_refused_before_the_handshake(certs: Certs,
                 assert second.read_to_eof() == b"-ERR 'maximum connections exceeded'\r\n"
         finally:
             await first.close()
+
+
+# -- allow_non_tls: TLS and plain clients on one port -------------------------------------------
+NON_TLS = "allow_non_tls: true\n"
+INFO_KEYS = ("headers", "auth_required", "tls_required", "tls_verify", "tls_available",
+             "max_payload", "client_id")
+
+
+def info_order(line: bytes) -> list[str]:
+    return [k for k in json.loads(line[5:]) if k in INFO_KEYS]
+
+
+def test_allow_non_tls_info_as_the_reference(certs: Certs, tmp_path: Path) -> None:
+    """With allow_non_tls, INFO offers TLS (tls_available) instead of requiring it, in the
+    reference's place among the keys, and the start-up log says TLS is available."""
+    orders = {}
+    for verify in (False, True):
+        for kind in KINDS:
+            body = tls_block(certs, "  verify: true\n" if verify else "") + NON_TLS
+            with running(kind, tmp_path, body) as server:
+                line, info = raw_info(server.port)
+                log = server.log_text()
+            assert "tls_required" not in info, (kind, info)
+            assert info["tls_available"] is True, kind
+            assert info.get("tls_verify") is (True if verify else None), kind
+            assert "TLS available for client connections" in log, (kind, log)
+            orders[kind, verify] = info_order(line)
+        assert orders["tidings", verify] == orders["reference", verify]
+
+
+def tls_ping(port: int, ctx: ssl.SSLContext) -> tuple[socket.socket, bytes]:
+    """INFO in the clear, then TLS on the same socket, CONNECT and PING: (the TLS socket,
+    what came back)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    line = b""
+    while not line.endswith(b"\r\n"):
+        line += sock.recv(1)
+    assert line.startswith(b"INFO "), line
+    tls = ctx.wrap_socket(sock, server_hostname="127.0.0.1")
+    tls.sendall(b'CONNECT {"verbose":false}\r\nPING\r\n')
+    return tls, tls.recv(64)
+
+
+def connz_tls_versions(monitor: int) -> list[str | None]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{monitor}/connz", timeout=5) as resp:
+        conns = json.loads(resp.read())["connections"]
+    return sorted((c.get("tls_version") or "") for c in conns)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_allow_non_tls_serves_tls_and_plain_clients(kind: str, certs: Certs,
+                                                          tmp_path: Path) -> None:
+    """One port, both kinds of client: the server tells a TLS ClientHello from a plain
+    CONNECT by the first byte. nats-py and tidings.client in the clear, tidings.client over
+    TLS (it upgrades when INFO says tls_available), a raw socket each way; /connz shows
+    which connection is TLS."""
+    monitor = free_port()
+    body = tls_block(certs) + NON_TLS + f"http_port: {monitor}\n"
+    with running(kind, tmp_path, body) as server:
+        nc = await nats.connect(f"nats://127.0.0.1:{server.port}", allow_reconnect=False)
+        try:
+            sub = await nc.subscribe("plain")
+            await nc.publish("plain", b"in the clear")
+            assert (await sub.next_msg(timeout=3)).data == b"in the clear"
+        finally:
+            await nc.close()
+        tc = await tidings.client.connect(f"nats://127.0.0.1:{server.port}",
+                                          allow_reconnect=False)
+        try:
+            sub = await tc.subscribe("plain")
+            await tc.publish("plain", b"tidings in the clear")
+            assert (await sub.next_msg(timeout=3)).data == b"tidings in the clear"
+        finally:
+            await tc.close()
+        assert await tidings_roundtrip(server.port, certs.context()) == b"over tls"
+        with RawConn(server.port) as plain:
+            assert "tls_required" not in plain.info
+            plain.send(b'CONNECT {"verbose":false}\r\nPING\r\n')
+            assert plain.read_line() == b"PONG\r\n"
+            secure, answer = tls_ping(server.port, certs.context())
+            try:
+                assert answer == b"PONG\r\n"
+                versions = connz_tls_versions(monitor)
+            finally:
+                secure.close()
+        assert len(versions) == 2 and versions[0] == "" and versions[1].startswith("1."), \
+            versions
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_allow_non_tls_with_tls_first_fallback(kind: str, certs: Certs,
+                                                     tmp_path: Path) -> None:
+    """handshake_first with a fall-back delay and allow_non_tls: a client that starts TLS at
+    once gets INFO over TLS saying tls_required; one that waits gets INFO in the clear
+    offering TLS, and may then go on in the clear (nats-py both ways)."""
+    body = tls_block(certs, '  handshake_first: "300ms"\n') + NON_TLS
+    with running(kind, tmp_path, body) as server:
+        with RawConn(server.port) as plain:
+            assert "tls_required" not in plain.info
+            assert plain.info["tls_available"] is True
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            with certs.context().wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+                line = tls.recv(4096)
+        info = json.loads(line[5:])
+        assert (info["tls_required"], info["tls_available"]) == (True, True), info
+        assert await natspy_roundtrip(server.port, certs.context(), first=True) == b"over tls"
+        nc = await nats.connect(f"nats://127.0.0.1:{server.port}", allow_reconnect=False)
+        try:
+            await nc.flush(timeout=5)
+        finally:
+            await nc.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_allow_non_tls_does_not_open_tls_first_only(kind: str, certs: Certs,
+                                                          tmp_path: Path) -> None:
+    """handshake_first without a fall-back requires the handshake: allow_non_tls does not
+    let a plain client in (it gets no INFO and is closed after the TLS timeout)."""
+    body = tls_block(certs, "  handshake_first: true\n  timeout: 1\n") + NON_TLS
+    with running(kind, tmp_path, body, first=certs.context()) as server:
+        assert await natspy_roundtrip(server.port, certs.context(), first=True) == b"over tls"
+        with RawConn(server.port, read_info=False) as plain:
+            plain.send(b'CONNECT {"verbose":false}\r\nPING\r\n')
+            assert plain.read_to_eof(timeout=5) == b""
+
+
+def test_allow_non_tls_is_a_top_level_key(certs: Certs, tmp_path: Path) -> None:
+    """Inside the tls block, allow_non_tls is an unknown field to both servers."""
+    conf = tmp_path / "inside.conf"
+    conf.write_text(f"listen: 127.0.0.1:{free_port()}\n"
+                    + tls_block(certs, "  allow_non_tls: true\n"))
+    for kind in KINDS:
+        done = run_config(kind, conf)
+        assert done.returncode == 1, (kind, done.stderr)
+        assert 'unknown field "allow_non_tls"' in done.stderr, (kind, done.stderr)
+
+
+@pytest.mark.parametrize("non_tls", [False, True], ids=["tls", "allow_non_tls"])
+def test_websocket_info_has_its_own_listener_tls(non_tls: bool, certs: Certs,
+                                                 tmp_path: Path) -> None:
+    """With TLS on the client port and a plain WebSocket listener (no_tls), a WebSocket
+    client's INFO neither requires nor offers TLS: it says what its own listener has, as the
+    reference's (tls_verify stays, from the client port)."""
+    from .wsframes import RawWebSocket
+
+    infos = {}
+    for kind in KINDS:
+        ws_port = free_port()
+        body = (tls_block(certs, "  verify: true\n") + (NON_TLS if non_tls else "")
+                + f"websocket {{\n  listen: 127.0.0.1:{ws_port}\n  no_tls: true\n}}\n")
+        with running(kind, tmp_path, body) as server:
+            wait_listening(ws_port, server.proc)
+            with RawWebSocket(ws_port) as ws:
+                infos[kind] = {k: ws.info.get(k) for k in INFO_KEYS if k != "client_id"}
+    assert infos["tidings"] == infos["reference"]
+    assert infos["tidings"]["tls_required"] is None and infos["tidings"]["tls_available"] is None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_reload_does_not_change_allow_non_tls(kind: str, certs: Certs,
+                                                    tmp_path: Path) -> None:
+    """allow_non_tls is fixed while running: a reload that changes it is refused with the
+    reference's message, and plain clients are still let in."""
+    import signal
+
+    with running(kind, tmp_path, tls_block(certs) + NON_TLS) as server:
+        conf = tmp_path / f"{kind}-{server.port}.conf"
+        conf.write_text(conf.read_text().replace(NON_TLS, ""))
+        server.proc.send_signal(signal.SIGHUP)
+        refusal = "config reload not supported for AllowNonTLS: old=true, new=false"
+        deadline = time.monotonic() + 10
+        while refusal not in server.log_text():
+            assert time.monotonic() < deadline, server.log_text()
+            await asyncio.sleep(0.05)
+        with RawConn(server.port) as plain:
+            plain.send(b'CONNECT {"verbose":false}\r\nPING\r\n')
+            assert plain.read_line() == b"PONG\r\n"
