@@ -24,6 +24,7 @@ from ..protocol.parser import ClientOpParser
 from ..protocol.subjects import has_wildcard, is_valid_subscription
 from .auth import ANONYMOUS, Login, PasswordCheck, Replies, Rights
 from .connection import Connection, msg_frame
+from .options import MAX_PAYLOAD_LIMIT
 from .sublist import EMPTY_RESULT, Subscription
 
 if TYPE_CHECKING:
@@ -110,6 +111,10 @@ def auth_user(opts: dict[str, Any]) -> str:
     return 'User "N/A"'
 
 
+# The control line an internal client may send (its subjects and replies are not the
+# clients', and max_control_line bounds the clients).
+INTERNAL_CONTROL_LINE = 64 * 1024
+
 # The first server PING after CONNECT.
 FIRST_PING_INTERVAL = 2.0
 
@@ -180,6 +185,23 @@ class ClientConnection(Connection):
             if self.websocket and ws is not None and ws.auth_timeout > 0:
                 timeout = ws.auth_timeout  # the websocket block's own authorization timeout
             self.auth_timer = loop.call_later(timeout, self._auth_expired)
+
+    def make_internal(self) -> None:
+        """Make this the process's own client (Server.dial_internal), before it is
+        connected: what the configuration bounds for clients does not bound it either. The
+        embedded streaming server relays clients' messages with its own protocol around them
+        (a delivery is a little larger than what was published), and its subjects and
+        replies are longer than most."""
+        self.internal = True
+        self.parser.max_payload = MAX_PAYLOAD_LIMIT
+        self.parser.max_control_line = max(self.parser.max_control_line, INTERNAL_CONTROL_LINE)
+
+    def past_max_pending(self) -> bool:
+        """An internal client is not closed as a slow consumer: its producers stall until
+        it has read (flow.py), as a route's do."""
+        if self.internal:
+            return False
+        return super().past_max_pending()
 
     def gone(self) -> None:
         if log.isEnabledFor(logging.DEBUG):

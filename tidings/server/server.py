@@ -399,6 +399,7 @@ class Server:
         if client.internal:  # nothing is required of the process's own client
             for key in ("auth_required", "tls_required", "tls_verify", "tls_available"):
                 info.pop(key, None)
+            info["max_payload"] = client.parser.max_payload
         info["client_id"] = client.cid
         info["client_ip"] = client.host
         if self.auth.nonce_required and not client.internal:
@@ -440,7 +441,7 @@ class Server:
         if self._stopping or self.loop is None:
             raise ConnectionRefusedError("tidings: the server is not running")
         conn = self.client_kind(self)
-        conn.internal = True
+        conn.make_internal()
         near, _ = open_pipe(self.loop, protocol, conn)
         return near
 

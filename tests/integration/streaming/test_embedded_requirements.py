@@ -101,6 +101,8 @@ def case(name: str, certs: Certs) -> Case:
         "auth_timeout": Case("authorization { user: a, password: b, timeout: 0.2 }\n", [],
                              {"user": "a", "password": "b"}),
         "max_connections": Case("max_connections: 1\n", [], {}),
+        # Too small for any streaming client, but the server and its streaming start.
+        "tiny_limits": Case("max_payload: 64\nmax_control_line: 96\n", [], {}),
     }[name]
 
 
@@ -136,6 +138,27 @@ def _wait_for_line(log: Path, line: str, proc: subprocess.Popen[bytes]) -> None:
             pytest.fail(f"server exited with {proc.returncode}:\n{text[-3000:]}")
         time.sleep(0.05)
     pytest.fail(f"no {line!r} in the log:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+@pytest.mark.parametrize("server", ["tiny_limits"], indirect=True)
+async def test_client_limits_do_not_bound_the_embedded_streaming_server(server: Any) -> None:
+    """max_payload and max_control_line bound clients; the streaming server's own
+    connection (a longer CONNECT, deliveries larger than what was published) starts and
+    the core serves clients within the limits."""
+    port, _, proc, log = server
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        assert (await reader.readline()).startswith(b"INFO ")
+        # (a raw client: nats-py's CONNECT alone is longer than 96 bytes)
+        writer.write(b"CONNECT {}\r\nSUB a 1\r\nPUB a 64\r\n" + b"x" * 64 + b"\r\nPING\r\n")
+        assert await asyncio.wait_for(reader.readline(), 5) == b"+OK\r\n"  # CONNECT
+        assert await asyncio.wait_for(reader.readline(), 5) == b"+OK\r\n"  # SUB
+        assert await asyncio.wait_for(reader.readline(), 5) == b"+OK\r\n"  # PUB
+        assert await asyncio.wait_for(reader.readline(), 5) == b"MSG a 1 64\r\n"
+        assert await asyncio.wait_for(reader.readline(), 5) == b"x" * 64 + b"\r\n"
+    finally:
+        writer.close()
+    assert proc.poll() is None and "error" not in log.read_text().lower()
 
 
 CASES = ["tls", "tls_verify", "tls_verify_and_map", "tls_flags", "users_with_permissions",
