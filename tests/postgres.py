@@ -83,14 +83,27 @@ class PgServer:
         try:
             self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust",
                       "-U", "postgres", "--no-sync")
-            self.start()
-            admin = f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
+            self._start_on_a_free_port()
+            admin = self.dsn.replace("dbname=tidings_test", "dbname=postgres")
             with psycopg.connect(admin, autocommit=True) as conn:
                 conn.execute("CREATE DATABASE tidings_test")
         except (subprocess.SubprocessError, psycopg.Error) as exc:
             log = self.log()
             self.destroy()
             pytest.fail(f"could not start PostgreSQL: {exc} {getattr(exc, 'stderr', '')!r} {log}")
+
+    def _start_on_a_free_port(self, tries: int = 3) -> None:
+        """Start; when another process took the free port first, start on another one."""
+        for attempt in range(tries):
+            try:
+                self.start()
+                return
+            except subprocess.CalledProcessError:
+                if attempt == tries - 1 or "Address already in use" not in self.log():
+                    raise
+                self.logfile.unlink()
+                self.port = _free_port()
+                self.dsn = f"host=127.0.0.1 port={self.port} user=postgres dbname=tidings_test"
 
     def start(self) -> None:
         options = (f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 "

@@ -10,6 +10,7 @@ then, and a restarted server resumes from it.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from tests.postgres import PgServer
 from tests.servers import _wait_ready, free_port, stop_process
 from tidings.streaming.client import StanError, StreamingClient
 from tidings.streaming.client import connect as stan_connect
+from tidings.streaming.server.fetch import HEADER, UNAVAILABLE
 
 from .conftest import Inbox
 from .test_cli import wait_streaming
@@ -296,3 +298,37 @@ async def test_a_publish_to_a_server_whose_database_is_down_is_not_left_hanging(
         await sc.close()
     stored = await stored_payloads(srv.url, "orders")
     assert stored == [b"before", b"after"]
+
+
+async def test_deliveries_that_need_the_database_wait_for_it(
+    private_postgres: PgServer, tidings_on: Callable[[PgServer], TidingsOnPg]
+) -> None:
+    """Old messages (past the store's in-memory cache) are read from the database: while it
+    is down, a new subscription gets nothing and a bulk fetch is answered "unavailable"
+    (no traceback, no hang); once it is back, every message is delivered, in order."""
+    pg = private_postgres
+    srv = tidings_on(pg)
+    await wait_streaming(srv.url)
+    sc = await stan_connect(CID, "pub", url=srv.url, ack_timeout=10, max_pub_acks_inflight=256)
+    pub = Publisher(sc, "orders", 32)
+    reader = await stan_connect(CID, "reader", url=srv.url)
+    try:
+        assert await pub.wave(3000) == 0  # more than the default cache of 1024 messages
+        await asyncio.to_thread(pg.stop)
+        inbox = Inbox()
+        await reader.subscribe("orders", cb=inbox, deliver_all_available=True,
+                               max_inflight=4096)
+        reply = await reader.nc.request(f"_TIDINGS.fetch.{CID}", json.dumps(
+            {"channel": "orders", "start": 1, "end": 10}).encode(), timeout=5)
+        status = HEADER.unpack_from(reply.data)[1]
+        assert status == UNAVAILABLE, reply.data
+        await poll(lambda: srv.lines("streaming store read failed"), BACK, "the read failure")
+        assert inbox.empty()
+        await asyncio.to_thread(pg.start)
+        got = await inbox.take(3000, timeout=BACK)
+        assert [m.seq for m in got] == list(range(1, 3001))
+        assert [m.data for m in got] == [pub.payload(i) for i in range(3000)]
+    finally:
+        await reader.close()
+        await sc.close()
+    assert "Traceback" not in srv.log()
