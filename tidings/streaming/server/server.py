@@ -798,8 +798,12 @@ class StreamingServer:
         if self._reads_failing:
             self._reads_failing = False
             for ch in list(self.channels.values()):
-                if not ch.deleted:
-                    self._deliver(ch)
+                if ch.deleted:
+                    continue
+                self._deliver(ch)
+                for sub in ch.all_subs():  # redeliveries a failed read put off
+                    if sub.pending and sub.client_id and not sub.removed:
+                        self._arm_ack_timer(sub, 0.0)
 
     def _read_failed(self, exc: StoreError) -> None:
         """A delivery could not read the store: it stops there, resumed when the store is
