@@ -470,7 +470,8 @@ class SqlStore(CoreStore):
                 conn.execute("SELECT 1")
                 conn.commit()
             except self._db_error as exc:
-                self._abandon_tx(conn, exc)
+                with contextlib.suppress(self._db_error):  # an answer, never an exception
+                    self._abandon_tx(conn, exc)
                 return False
         return True
 
@@ -508,7 +509,8 @@ class SqlStore(CoreStore):
                 )
                 conn.commit()
             except self._db_error as exc:
-                self._abandon_tx(conn, exc)
+                with contextlib.suppress(self._db_error):
+                    self._abandon_tx(conn, exc)
                 raise StoreUnavailableError(f"database read failed: {one_line(exc)}") from exc
             return rows
 
@@ -751,6 +753,8 @@ class SqlStore(CoreStore):
             else:
                 log.warning("postgres store: reconnected (attempt %d): serving again", attempt)
                 self._announce_available()
+                return
+            if self._stopping.is_set():
                 return
             with self._db_lock:
                 if self._down is not None:
