@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from .postgres import postgres_dsn  # noqa: F401  (a fixture for every test directory)
+from .postgres import postgres_dsn, private_postgres  # noqa: F401  (fixtures for every test directory)
 from .servers import RunningServer, start_reference, start_tidings
 
 ServerFactory = Callable[..., RunningServer]

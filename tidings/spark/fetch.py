@@ -25,7 +25,7 @@ from .stan import StanError
 FETCH_PREFIX = "_TIDINGS.fetch"
 MAGIC = b"TFR1"
 HEADER = struct.Struct("<4sIIIqqq")
-OK, BAD_REQUEST, UNKNOWN_CHANNEL, TOO_LARGE = 0, 1, 2, 3
+OK, BAD_REQUEST, UNKNOWN_CHANNEL, TOO_LARGE, UNAVAILABLE = 0, 1, 2, 3, 4
 CLIPPED = 1
 # Asked for per reply (the server caps it at its max_payload). Not 1 MiB: the core server
 # handles messages past about 600 KiB with fresh memory each time (page faults: a 1 MiB reply

@@ -446,6 +446,26 @@ async def test_takeover_on_postgresql(core, tmp_path, postgres_dsn):
             await nc.close()
 
 
+async def test_a_postgresql_restart_makes_the_active_step_down_for_a_standby(
+        core, tmp_path, private_postgres):
+    """A restart ends the active server's session, and the advisory lock with it. The store
+    reconnects, but the lock lapsed meanwhile (a standby could have taken it), so the active
+    server steps down as when its connection is ended, whichever comes first; a standby takes
+    over once the database is back, with every acknowledged message."""
+    dsn = pg_store(private_postgres.dsn, "ft_restart")
+    async with active_and_standby(core.url, dsn, tmp_path) as (a, b):
+        sc = await stan_connect(CID, "restart-pub", url=core.url, ack_timeout=5)
+        for i in range(20):
+            await sc.publish("restart", b"m%d" % i)
+        await sc.close()
+        await asyncio.to_thread(private_postgres.restart)
+        await poll(lambda: a.proc.poll() is not None, 15, "the active server to step down")
+        assert "ft: lost the store lock, aborting" in a.log()
+        await poll(b.is_active, 30, "the standby to take over")
+        assert await read_all(core.url, "restart-reader", "restart") == [
+            b"m%d" % i for i in range(20)]
+
+
 async def test_clients_carry_on_across_a_takeover(core, tmp_path):
     """A client connected before the active server is killed keeps its connection, its
     client id and its durable subscription: it publishes on after the takeover (retrying

@@ -11,8 +11,9 @@ Request subject ``_TIDINGS.fetch.<cluster_id>``; the request is JSON
     count+1 x i32 offsets into the payload area (offsets[0] == 0)
     payloads, concatenated
 
-``status`` is 0 (ok), 1 (bad request), 2 (unknown channel) or 3 (a single message does not
-fit in max_payload); when it is not 0, ``count`` is 0
+``status`` is 0 (ok), 1 (bad request), 2 (unknown channel), 3 (a single message does not
+fit in max_payload) or 4 (the store could not be read: its database is away); when it is not 0,
+``count`` is 0
 and the bytes after the header are the UTF-8 error text. ``first``/``last`` are the channel's
 stored bounds (0 when it holds nothing; ``last`` counts only messages already acknowledged to
 their publishers, those that are durable), ``next`` the sequence to ask for next (greater than
@@ -40,7 +41,7 @@ FETCH_PREFIX = "_TIDINGS.fetch"
 MAGIC = b"TFR1"
 HEADER = struct.Struct("<4sIIIqqq")
 PER_MSG = 20  # bytes a message costs besides its payload: sequence, timestamp, offset
-OK, BAD_REQUEST, UNKNOWN_CHANNEL, TOO_LARGE = 0, 1, 2, 3
+OK, BAD_REQUEST, UNKNOWN_CHANNEL, TOO_LARGE, UNAVAILABLE = 0, 1, 2, 3, 4
 CLIPPED = 1
 
 _seq, _stamp, _data = itemgetter(0), itemgetter(1), itemgetter(4)

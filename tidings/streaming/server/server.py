@@ -42,7 +42,7 @@ from ..stores import (
     UnknownSubscriptionError,
 )
 from . import errors as E
-from .fetch import fetch_subject, handle_fetch
+from .fetch import UNAVAILABLE, error_reply, fetch_subject, handle_fetch
 from .options import (
     DEFAULT_ACKS_PREFIX,
     DEFAULT_CLOSE_PREFIX,
@@ -140,6 +140,7 @@ class StreamingServer:
         self._recovered: list[Sub] = []
         self._expire_timer: asyncio.TimerHandle | None = None
         self._closing = False
+        self._reads_failing = False  # a store read failed: deliveries wait for the store
         self._internal_subs: list[Any] = []
         self._extension_subs: list[Any] = []
 
@@ -155,6 +156,7 @@ class StreamingServer:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="stan-sync")
         self._check_server_info()
         self._recover()
+        self.store.on_available = self._store_available_threadsafe
         if not self.opts.ft_group:  # an FT group's active server holds the store's lock
             await self._ensure_standalone()
         info = self.info
@@ -244,8 +246,11 @@ class StreamingServer:
         """A bulk range fetch (a tidings extension, see :mod:`.fetch`): read-only."""
         if reply:
             max_payload = getattr(getattr(self.conn, "nc", None), "max_payload", 1 << 20)
-            self.conn.publish(reply, handle_fetch(self.store, data, max_payload,
-                                                  self._deliverable))
+            try:
+                out = handle_fetch(self.store, data, max_payload, self._deliverable)
+            except StoreError as exc:  # a database away: the reader may ask again
+                out = error_reply(UNAVAILABLE, f"store read failed: {exc}")
+            self.conn.publish(reply, out)
 
     def _deliverable(self, name: str) -> int:
         ch = self.channels.get(name)
@@ -782,6 +787,38 @@ class StreamingServer:
             self._sync_idle.set()
 
     # ----------------------------------------------------------------------------------
+    # a store whose database was away
+    # ----------------------------------------------------------------------------------
+
+    def _store_available_threadsafe(self) -> None:
+        """The store's on_available callback (another thread): its database is back."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to resume
+            self.loop.call_soon_threadsafe(self._store_available)
+
+    def _store_available(self) -> None:
+        """Write what waited for the database and resume what a failed read stopped."""
+        if self._closing:
+            return
+        log.info("streaming store available again")
+        self._mark_dirty()
+        if self._reads_failing:
+            self._reads_failing = False
+            for ch in list(self.channels.values()):
+                if ch.deleted:
+                    continue
+                self._deliver(ch)
+                for sub in ch.all_subs():  # redeliveries a failed read put off
+                    if sub.pending and sub.client_id and not sub.removed:
+                        self._arm_ack_timer(sub, 0.0)
+
+    def _read_failed(self, exc: StoreError) -> None:
+        """A delivery could not read the store: it stops there, resumed when the store is
+        available again (redeliveries retry at their ack wait). Logged once per outage."""
+        if not self._reads_failing:
+            self._reads_failing = True
+            log.error("streaming store read failed, deliveries wait: %s", exc)
+
+    # ----------------------------------------------------------------------------------
     # delivery
     # ----------------------------------------------------------------------------------
 
@@ -820,7 +857,11 @@ class StreamingServer:
             if room <= 0:
                 sub.stalled = True
                 break
-            msgs = get_msgs(ch.name, start, min(room, limit - start + 1, _FETCH))
+            try:
+                msgs = get_msgs(ch.name, start, min(room, limit - start + 1, _FETCH))
+            except StoreError as exc:
+                self._read_failed(exc)
+                break
             if not msgs:
                 break
             for m in msgs:
@@ -854,7 +895,11 @@ class StreamingServer:
         limit = ch.deliverable
         start = qs.last_sent + 1
         while qs.stalled_count < len(qs.subs) and start <= limit:
-            msgs = self.store.get_msgs(ch.name, start, min(limit - start + 1, _FETCH))
+            try:
+                msgs = self.store.get_msgs(ch.name, start, min(limit - start + 1, _FETCH))
+            except StoreError as exc:
+                self._read_failed(exc)
+                return
             if not msgs:
                 return
             for m in msgs:
@@ -1085,6 +1130,27 @@ class StreamingServer:
         ch = sub.channel
         if ch.deleted:
             return
+        try:
+            self._redeliver_due(sub, ch, is_startup)
+        except StoreError as exc:  # the message could not be read: try again later
+            self._read_failed(exc)
+            if not sub.removed:
+                self._arm_ack_timer(sub, sub.ack_wait)
+            return
+        if sub.removed:
+            return
+        if sub.pending:
+            nxt = min(sub.pending.values())
+            delay = nxt - self.loop.time()
+            self._arm_ack_timer(sub, delay if delay > 0 else sub.ack_wait)
+        elif sub.ack_timer is not None:
+            sub.ack_timer.cancel()
+            sub.ack_timer = None
+
+    def _redeliver_due(self, sub: Sub, ch: Channel, is_startup: bool) -> None:
+        """Resend the messages of ``sub`` whose ack wait is over (or nearly)."""
+        pending = sub.pending
+        qs = sub.qstate
         now = self.loop.time()
         if any(exp == 0.0 for exp in pending.values()):
             # recovered after a restart: the expiry counts from the message's timestamp
@@ -1115,22 +1181,17 @@ class StreamingServer:
                     self._process_ack(sub, seq, False)
             else:
                 self._send_msg(sub, m, True, True)
-        if sub.removed:
-            return
-        if sub.pending:
-            nxt = min(sub.pending.values())
-            delay = nxt - self.loop.time()
-            self._arm_ack_timer(sub, delay if delay > 0 else sub.ack_wait)
-        elif sub.ack_timer is not None:
-            sub.ack_timer.cancel()
-            sub.ack_timer = None
 
     def _durable_redelivery(self, sub: Sub) -> None:
         """Resend what a resumed durable (or rejoining queue member) had not acknowledged."""
         ch = sub.channel
         if sub.client_id in self.clients:
             for seq in sorted(sub.pending):
-                m = self.store.lookup(ch.name, seq)
+                try:
+                    m = self.store.lookup(ch.name, seq)
+                except StoreError as exc:  # the ack timer resends the rest later
+                    self._read_failed(exc)
+                    break
                 if m is None:
                     self._process_ack(sub, seq, False)
                     continue

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -30,6 +30,7 @@ __all__ = [
     "StoreError",
     "StoreLimits",
     "StoreLockedError",
+    "StoreUnavailableError",
     "StoreWriteError",
     "SubRecord",
     "TooManyChannelsError",
@@ -68,6 +69,11 @@ class UnknownSubscriptionError(StoreError):
 
 class StoreLockedError(StoreError):
     """The store's directory is in use by another server."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store's database is away (its connection was lost and is being reopened) or
+    refuses this server for good; nothing was read or written."""
 
 
 class StoreWriteError(StoreError):
@@ -392,6 +398,10 @@ class Store(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    # Called, from another thread, when a store whose database was away serves again (the
+    # server then writes what waited and resumes deliveries that needed a read).
+    on_available: Callable[[], None] | None = None
 
     def lock_held(self) -> bool:
         """Whether this store still holds its exclusive lock (FT mode asks the active server's

@@ -9,11 +9,20 @@ A transaction the database refuses is rolled back: its messages, and those store
 forgotten (``epoch`` counts these rollbacks); the other changes are queued for the next sync.
 One server per store: SQLite holds ``<database>.lock``, PostgreSQL a session advisory lock
 keyed on the database and schema.
+
+A PostgreSQL connection lost (a database restart, a failover) is reopened by a thread, with
+back-off, each try logged; meanwhile every sync and read fails at once with
+:class:`StoreUnavailableError` (a sync rolls back as any refused transaction does). The new
+session takes the lock again and verifies no other server opened the store meanwhile (see
+:mod:`.pglink`), removes what a commit cut off by the loss may have left (messages after each
+channel's last known commit: their publishers were refused), and :attr:`Store.on_available`
+is called.
 """
 
 from __future__ import annotations
 
-import os
+import contextlib
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -23,17 +32,23 @@ from .base import (
     ClientRecord,
     CorruptStoreError,
     MsgRecord,
+    StoreError,
     StoreLimits,
     StoreLockedError,
+    StoreUnavailableError,
     StoreWriteError,
     SubRecord,
 )
 from .core import Channel, CoreStore, IndexedMsgLog, MsgLog
 from .lockfile import lock_store, unlock_store
+from .pglink import PgLink, PgLockedError, one_line
+
+log = logging.getLogger("tidings.streaming")
 
 SYNC_POLICIES = ("batch", "interval", "never")
-_PG_APP = "tidings streaming"
-_PG_LOCK_CLASS = 0x7469_6469  # "tidi": the first key of the advisory lock
+# seconds between reconnection tries: doubling from the first to the last
+RECONNECT_FIRST = 0.1
+RECONNECT_MAX = 2.0
 _new_record = tuple.__new__
 
 SCHEMA = """
@@ -219,11 +234,18 @@ class SqlStore(CoreStore):
         *,
         cache_msgs: int = 1024,
         on_close: Callable[[], None] | None = None,
+        link: PgLink | None = None,
     ) -> None:
         super().__init__(limits)
         self.kind = dialect.name
         self.dialect = dialect
         self._conn = conn
+        self._link = link  # how to open the connection again (PostgreSQL)
+        self._db_error = _db_error(dialect)
+        self._down: str | None = None  # why the connection is gone, while it is
+        self._gone: str | None = None  # why this server may write no more
+        self._lapsed = False  # a session holding the lock was lost (FT must step down)
+        self._stopping = threading.Event()
         self._cache_msgs = cache_msgs
         self._on_close = on_close
         self._db_lock = threading.Lock()
@@ -288,21 +310,11 @@ class SqlStore(CoreStore):
         schema: str | None = None,
         cache_msgs: int = 1024,
     ) -> SqlStore:
-        import psycopg
-
         _check_policy(sync)
-        conn = psycopg.connect(dsn, application_name=f"{_PG_APP} pid {os.getpid()}")
+        link = PgLink(dsn, schema=schema, sync=sync)
+        conn = link.open()
         try:
-            with conn.cursor() as cur:
-                if schema:
-                    ident = psycopg.sql.Identifier(schema)
-                    cur.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-                    cur.execute(psycopg.sql.SQL("SET search_path TO {}").format(ident))
-                if sync != "batch":
-                    cur.execute("SET synchronous_commit TO off")
-            conn.commit()
-            _pg_lock(conn)
-            return cls(conn, POSTGRES, limits, cache_msgs=cache_msgs, on_close=conn.close)
+            return cls(conn, POSTGRES, limits, cache_msgs=cache_msgs, link=link)
         except BaseException:
             conn.close()
             raise
@@ -316,8 +328,8 @@ class SqlStore(CoreStore):
                 cur.execute(stmt)
         self._conn.commit()
 
-    def _query(self, text: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        cur = self._conn.cursor()
+    def _query(self, text: str, params: tuple[Any, ...] = (), conn: Any = None) -> list[Any]:
+        cur = (conn or self._conn).cursor()
         cur.execute(self._sql(text), params)
         return cur.fetchall()
 
@@ -445,27 +457,61 @@ class SqlStore(CoreStore):
 
     def lock_held(self) -> bool:
         """PostgreSQL's advisory lock lives as long as the connection that took it: a round
-        trip on that connection says whether it still does. (SQLite's lock is a file's.)"""
-        if self.dialect is not POSTGRES:
+        trip on that connection says whether it still does. A lock lost once is not held,
+        even after a reconnection took it again: in the gap a standby could have had it, so
+        an FT active server steps down. (SQLite's lock is a file's.)"""
+        if self._link is None:
             return True
-        import psycopg
-
         with self._db_lock:
+            if self._lapsed or self._gone is not None:
+                return False
+            conn = self._conn
             try:
-                self._conn.execute("SELECT 1")
-                self._conn.commit()
-            except psycopg.Error:
+                conn.execute("SELECT 1")
+                conn.commit()
+            except self._db_error as exc:
+                with contextlib.suppress(self._db_error):  # an answer, never an exception
+                    self._abandon_tx(conn, exc)
                 return False
         return True
 
+    def _live(self) -> Any:
+        """The connection, or :class:`StoreUnavailableError` (called with ``_db_lock``)."""
+        if self._gone is not None:
+            raise StoreUnavailableError(self._gone)
+        if self._down is not None:
+            raise StoreUnavailableError(
+                f"the database is unavailable (reconnecting): {self._down}")
+        return self._conn
+
+    def _abandon_tx(self, conn: Any, exc: BaseException) -> None:
+        """Roll back after a failed statement (called with ``_db_lock``); a connection found
+        gone is given up and a new one sought (PostgreSQL)."""
+        link = self._link
+        if link is None or not link.broken(conn):
+            try:
+                conn.rollback()
+                return
+            except self._db_error:
+                if link is None or not link.broken(conn):
+                    raise
+        self._connection_lost(exc)
+
     def _read_msgs(self, channel_id: int, first: int, last: int) -> list[Any]:
         with self._db_lock:
-            rows = self._query(
-                "SELECT seq, ts, reply, data FROM tidings_messages "
-                "WHERE channel_id = ? AND seq BETWEEN ? AND ? ORDER BY seq",
-                (channel_id, first, last),
-            )
-            self._conn.commit()
+            conn = self._live()
+            try:
+                rows = self._query(
+                    "SELECT seq, ts, reply, data FROM tidings_messages "
+                    "WHERE channel_id = ? AND seq BETWEEN ? AND ? ORDER BY seq",
+                    (channel_id, first, last),
+                    conn,
+                )
+                conn.commit()
+            except self._db_error as exc:
+                with contextlib.suppress(self._db_error):
+                    self._abandon_tx(conn, exc)
+                raise StoreUnavailableError(f"database read failed: {one_line(exc)}") from exc
             return rows
 
     def _take_batch(self, taken: _Taken) -> list[tuple[str, list[tuple[Any, ...]]]]:
@@ -590,16 +636,17 @@ class SqlStore(CoreStore):
 
     def _write(self, batch: Iterable[tuple[str, list[tuple[Any, ...]]]]) -> None:
         with self._db_lock:
-            cur = self._conn.cursor()
+            conn = self._live()
+            cur = conn.cursor()
             try:
                 for text, rows in batch:
                     if rows == [()]:
                         cur.execute(self._sql(text))
                     elif rows:
                         cur.executemany(self._sql(text), rows)
-                self._conn.commit()
-            except BaseException:
-                self._conn.rollback()
+                conn.commit()
+            except BaseException as exc:
+                self._abandon_tx(conn, exc)
                 raise
 
     def flush(self) -> None:
@@ -627,7 +674,7 @@ class SqlStore(CoreStore):
             except Exception as exc:
                 with self._lock:
                     self._rollback_locked(taken)
-                raise StoreWriteError(f"database write failed: {exc}") from exc
+                raise StoreWriteError(f"database write failed: {one_line(exc)}") from exc
             with self._lock:
                 for ch, last, _ in taken.logs:
                     log: SqlMsgLog = ch.log  # type: ignore[assignment]
@@ -664,47 +711,111 @@ class SqlStore(CoreStore):
             self._close_connection()
 
     def _close_connection(self) -> None:
+        self._stopping.set()
         with self._sync_lock, self._lock:
             self._closed = True
             for ch in self._channels.values():
                 ch.log.close()
             if self._on_close is not None:
                 self._on_close()
+            if self._link is not None:
+                with self._db_lock:
+                    self._link.close(self._conn)
+
+    # --- a lost PostgreSQL connection -----------------------------------------------
+
+    def _connection_lost(self, exc: BaseException) -> None:
+        """Give the connection up and start seeking a new one (called with ``_db_lock``)."""
+        if self._down is not None or self._gone is not None:
+            return
+        self._down = one_line(exc)
+        self._lapsed = True
+        with contextlib.suppress(Exception):
+            self._conn.close()
+        if self._stopping.is_set():
+            return
+        log.error("postgres store: the connection is lost (%s): reconnecting", self._down)
+        threading.Thread(target=self._reconnect, name="stan-sql-reconnect", daemon=True).start()
+
+    def _reconnect(self) -> None:
+        """Open a new session with back-off until one serves, the store is taken over
+        (then it writes no more) or closed."""
+        assert self._link is not None
+        delay, attempt = RECONNECT_FIRST, 0
+        while not self._stopping.is_set():
+            attempt += 1
+            try:
+                self._resume(self._link.open(again=True))
+            except PgLockedError as exc:  # not claimed by another server: wait for it
+                reason = f"the store's lock is still held, by pid {exc.holder}"
+            except StoreLockedError as exc:  # another server opened the store meanwhile
+                self._give_up(exc)
+                return
+            except Exception as exc:  # the database is not back yet (or failed again)
+                reason = one_line(exc)
+            else:
+                log.warning("postgres store: reconnected (attempt %d): serving again", attempt)
+                self._announce_available()
+                return
+            if self._stopping.is_set():
+                return
+            with self._db_lock:
+                if self._down is not None:
+                    self._down = reason
+            log.warning("postgres store: reconnection attempt %d failed (%s): next in %.1f s",
+                        attempt, reason, delay)
+            if self._stopping.wait(delay):
+                return
+            delay = min(delay * 2, RECONNECT_MAX)
+
+    def _resume(self, conn: Any) -> None:
+        """Put a new session in service. A commit cut off by the loss may have been written
+        though the store rolled it back: delete every message after each channel's last
+        known commit (their publishers were refused); the rest of such a commit is written
+        again, idempotently, by the next sync."""
+        with self._sync_lock:
+            try:
+                if self._closed:
+                    raise StoreError("the store is closed")
+                with self._lock:
+                    marks = [(ch.log.channel_id, ch.log.durable_last)  # type: ignore[attr-defined]
+                             for ch in self._channels.values()]
+                if marks:
+                    conn.cursor().executemany(
+                        self._sql("DELETE FROM tidings_messages WHERE channel_id = ? AND seq > ?"),
+                        marks,
+                    )
+                conn.commit()
+            except BaseException:
+                conn.close()
+                raise
+            with self._db_lock:
+                self._conn = conn
+                self._down = None
+
+    def _give_up(self, exc: BaseException) -> None:
+        with self._db_lock:
+            self._gone = one_line(exc)
+        log.critical("postgres store: %s", self._gone)
+
+    def _announce_available(self) -> None:
+        callback = self.on_available
+        if callback is not None:
+            try:
+                callback()
+            except Exception:  # pragma: no cover - the callback's own failure, logged
+                log.exception("postgres store: the on_available callback failed")
 
 
-def _pg_lock(conn: Any) -> None:
-    """Hold a session advisory lock on the store's schema, or refuse (one writer per store).
+def _db_error(dialect: Dialect) -> type[Exception]:
+    """The base class of the errors the dialect's driver raises."""
+    if dialect is POSTGRES:
+        import psycopg
 
-    The key is derived from the schema the tables live in, so stores in different schemas
-    of one database do not exclude each other; the lock ends with the connection.
-    """
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT pg_try_advisory_lock(%s, hashtext(current_database() || '.' || "
-            "current_schema())), current_database(), current_schema()",
-            (_PG_LOCK_CLASS,),
-        )
-        got, db, schema = cur.fetchone()
-        owner = "unknown"
-        if not got:
-            cur.execute(
-                "SELECT a.application_name, a.pid FROM pg_locks l "
-                "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
-                "AND l.granted AND l.objsubid = 2 AND l.classid = %s AND l.objid = "
-                "hashtext(current_database() || '.' || current_schema())::oid",
-                (_PG_LOCK_CLASS,),
-            )
-            row = cur.fetchone()
-            if row is not None:
-                app, backend = row
-                prefix = f"{_PG_APP} pid "
-                owner = app[len(prefix):] if app.startswith(prefix) else f"backend {backend}"
-    conn.commit()
-    if not got:
-        raise StoreLockedError(
-            f"postgres store (database {db}, schema {schema}) is in use by another server "
-            f"(pid {owner})"
-        )
+        return psycopg.Error
+    import sqlite3
+
+    return sqlite3.Error
 
 
 def _check_policy(sync: str) -> None:
