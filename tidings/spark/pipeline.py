@@ -395,13 +395,14 @@ def _await(query: Any, timeout: float) -> None:
 
 
 def stop_gracefully(queries: list[Any], pause_file: str | None = None,
-                    hurry: Callable[[], bool] = lambda: False) -> None:
+                    hurry: Callable[[], bool] = lambda: False,
+                    quiet: Callable[[], None] = lambda: None) -> None:
     """Stop the queries between two micro-batches: `pause_file` (the one they were started
     with) is created, so the batches under way finish and no other starts (but a batch
     without data that the watermark may ask for); each query is stopped once none of its
-    triggers is active. A batch interrupted midway would be replayed on restart, but Spark
-    prints the interruption (1,000 lines of Java stacks, a query plan); `hurry()` true stops
-    the rest at once all the same.
+    triggers is active. `hurry()` true stops the rest at once: the batches it interrupts
+    are replayed on restart, and `quiet()` is called first (to turn Spark's log off: it
+    prints each interruption as errors, a thousand lines of Java stacks).
 
     Without a pause file, batches follow each other while a backlog lasts and the gap
     between two is too short to be seen: a query would be stopped midway after all.
@@ -411,11 +412,19 @@ def stop_gracefully(queries: list[Any], pause_file: str | None = None,
     pending = list(queries)
     while pending:
         for q in list(pending):
-            if hurry() or not q.isActive or not q.status.get("isTriggerActive"):
+            between = not q.isActive or not q.status.get("isTriggerActive")
+            if between or hurry():
+                if not between:
+                    quiet()
                 q.stop()
                 pending.remove(q)
         if pending:
             _await(pending[0], 0.05)
+
+
+def quiet(spark: Any) -> None:
+    """Spark's log off (a stop at once: what it would say is the interruption)."""
+    spark.sparkContext.setLogLevel("OFF")
 
 
 class Stop:
@@ -561,7 +570,7 @@ def _run_queries(spark: Any, cfg: PipelineConfig, args: argparse.Namespace, stop
     except QueryFailed as exc:
         failed = exc.line()
     finally:
-        stop_gracefully(queries, pause_file, stop.hurry)
+        stop_gracefully(queries, pause_file, stop.hurry, lambda: quiet(spark))
         log.report()
         spark.stop()
     if failed:
@@ -679,7 +688,7 @@ def _demo(args: argparse.Namespace, cfg: PipelineConfig) -> int:
             try:
                 watch(log, done, every=args.progress_every)
             finally:
-                stop_gracefully(queries, pause_file, stop.hurry)
+                stop_gracefully(queries, pause_file, stop.hurry, lambda: quiet(spark))
                 log.report()
             if stop.is_set():
                 break
