@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -240,3 +241,98 @@ def test_spark_submit_master_and_shuffle_partitions(stan_server, channel_name, t
     # spark-submit's master, and two shuffle partitions per core of it
     assert "; Spark master local[1], 2 shuffle partitions" in proc.stdout, proc.stdout
     assert "batch 0: 2 events in" in proc.stdout, proc.stdout
+
+
+def _pipeline_cmd(url: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "tidings", "pipeline", "--url", url, *args]
+
+
+def _pipeline_env() -> dict[str, str]:
+    return {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+
+
+def _batch_ids(ckpt: Path, kind: str) -> set[str]:
+    return {p.name for p in (ckpt / kind).iterdir() if p.name.isdigit()}
+
+
+def test_ctrl_c_stops_between_micro_batches_with_one_line(stan_server, channel_name, tmp_path):
+    """Ctrl-C as a terminal sends it: SIGINT to the whole process group (Spark's JVM and the
+    Python processes it starts included), while micro-batches follow each other."""
+    events = channel_name("events")
+    publish(stan_server.url, events, [_event(f"k{i % 5}", i, i / 10) for i in range(3000)])
+    ckpt = tmp_path / "ckpt"
+    proc = subprocess.Popen(
+        _pipeline_cmd(stan_server.url, "--channels", events, "--results-channel",
+                      channel_name("results"), "--max-per-trigger", "150",
+                      "--trigger", "0 seconds", "--progress-every", "0.2",
+                      "--window", "10 seconds", "--watermark", "5 seconds",
+                      "--output", str(tmp_path / "out"), "--checkpoint", str(ckpt)),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+        env=_pipeline_env(), start_new_session=True)
+    assert proc.stdout is not None
+    before = []
+    try:
+        for line in proc.stdout:
+            before.append(line)
+            if line.startswith("[tidings_pipeline_parquet] batch 0:"):
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+        after = proc.stdout.read().splitlines()
+        code = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    output = "".join(before) + "\n".join(after)
+    assert before and before[-1].startswith("[tidings_pipeline_parquet] batch 0:"), output
+    assert code == 0, output
+    assert "Traceback" not in output and "Exception" not in output, output
+    # Only the progress of the batches that finished, and the one last line.
+    others = [line for line in after if not line.startswith("[tidings_pipeline_")]
+    assert len(others) == 1 and re.fullmatch(
+        r"pipeline stopped after \d+ micro-batch(es)?", others[0]), output
+    assert after[-1] == others[0]
+    parquet_batches = [line for line in before + after
+                       if line.startswith("[tidings_pipeline_parquet] batch ")]
+    n = len(parquet_batches)
+    assert others[0] == f"pipeline stopped after {n} micro-batch{'' if n == 1 else 'es'}"
+    # Between micro-batches: every batch planned was committed, none was cut short.
+    for query in ("parquet", "publish"):
+        assert _batch_ids(ckpt / query, "offsets") == _batch_ids(ckpt / query, "commits")
+
+
+def test_a_wrong_url_or_cluster_id_is_one_line_before_spark_starts(stan_server, tmp_path):
+    from tests.servers import free_port
+
+    nowhere = f"nats://127.0.0.1:{free_port()}"
+    for args, error in (
+            ((nowhere,), f"cannot connect to {nowhere}: connection refused"),
+            ((stan_server.url, "-o", "clusterId=nope"),
+             f"no NATS Streaming server with cluster id 'nope' answers at {stan_server.url} "
+             "(clusterId)")):
+        proc = subprocess.run(_pipeline_cmd(*args), capture_output=True, text=True,
+                              cwd=tmp_path, env=_pipeline_env(), timeout=120)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (
+            1, "", f"tidings pipeline: error: {error}\n")
+    # An option value the source would refuse once its query runs: refused up front.
+    proc = subprocess.run(_pipeline_cmd(stan_server.url, "-o", "connectTimeout=abc"),
+                          capture_output=True, text=True, cwd=tmp_path, env=_pipeline_env(),
+                          timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2, "", "tidings pipeline: error: option connectTimeout: not a number: 'abc'\n")
+    assert list(tmp_path.iterdir()) == []  # nothing made: no pipeline-out, no checkpoint
+
+
+def test_a_failed_query_ends_it_with_its_error_in_the_last_line(stan_server, channel_name,
+                                                                 tmp_path):
+    # The source refuses channelPattern without monitorUrl only once its query starts.
+    proc = subprocess.run(
+        _pipeline_cmd(stan_server.url, "--channels", channel_name("events"), "-o",
+                      "channelPattern=nothing.*", "--output", str(tmp_path / "out"),
+                      "--checkpoint", str(tmp_path / "ckpt")),
+        capture_output=True, text=True, cwd=tmp_path, env=_pipeline_env(), timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[-1] == (
+        "tidings pipeline: error: query tidings_pipeline_parquet failed: OptionError: option "
+        "channelPattern needs option monitorUrl (the streaming server's monitoring address, "
+        "e.g. http://127.0.0.1:8222)"), proc.stderr[-3000:]

@@ -153,3 +153,30 @@ def test_queries_leave_no_streaming_client_registered(spark, stan_server, channe
     finally:
         continuous.stop()
     assert _driver_clients(stan_server) - before == set()
+
+
+def test_no_micro_batch_while_the_pause_file_exists(spark, stan_server, channel_name, tmp_path):
+    channel, pause = channel_name("paused"), tmp_path / "pause"
+    publish(stan_server.url, channel, [f"m{i}".encode() for i in range(1, 6)])
+    pause.touch()
+    df = _stream(spark, stan_server, [channel], pauseFile=str(pause))
+    name = f"paused_{channel.replace('.', '_')}"
+    query = (df.selectExpr("sequence").writeStream.format("memory").queryName(name)
+             .option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(processingTime="100 milliseconds").start())
+    try:
+        def stored() -> list[int]:
+            query.processAllAvailable()  # until a trigger found nothing (more) to read
+            return sorted(r.sequence for r in spark.table(name).collect())
+
+        assert stored() == []
+        pause.unlink()
+        assert stored() == [1, 2, 3, 4, 5]
+        pause.touch()
+        publish(stan_server.url, channel, [b"m6", b"m7"])
+        assert stored() == [1, 2, 3, 4, 5]
+        pause.unlink()
+        assert stored() == [1, 2, 3, 4, 5, 6, 7]
+        assert query.exception() is None
+    finally:
+        query.stop()

@@ -66,6 +66,7 @@ OPTIONS: dict[str, frozenset[Use]] = {
     "readTimeout": READS,
     "startingOffsets": frozenset({Use.STREAM_READ}),
     "maxMessagesPerTrigger": frozenset({Use.STREAM_READ}),
+    "pauseFile": frozenset({Use.STREAM_READ}),
     # writing
     "target": WRITES,
     "subject": WRITES,
@@ -354,6 +355,8 @@ class ReadOptions:
     starting_offsets: str = "earliest"  # earliest | latest | JSON {channel: sequence}
     max_messages_per_trigger: int | None = None
     fetch: bool = True  # try the tidings bulk fetch before the subscription read
+    # streams: while this file exists (where the driver runs), no new data is planned
+    pause_file: str | None = None
 
     def partition_size(self, fetching: bool) -> int:
         """`messagesPerPartition`, or its default: larger when the server answers bulk fetches
@@ -408,6 +411,7 @@ class ReadOptions:
             starting_offsets=starting,
             max_messages_per_trigger=max_trigger,
             fetch=_bool(opts, "fetch", True),
+            pause_file=_get(opts, "pauseFile") or None,
         )
 
 

@@ -25,10 +25,12 @@ import argparse
 import json
 import os
 import random
+import re
 import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -37,7 +39,14 @@ from pathlib import Path
 from typing import Any
 
 # Absolute: this file also runs as a script (spark-submit .../pipeline.py).
-from tidings.spark.options import OptionError, Use, applies, check_names
+from tidings.spark.options import (
+    ConnectionOptions,
+    OptionError,
+    ReadOptions,
+    Use,
+    applies,
+    check_names,
+)
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
@@ -68,6 +77,10 @@ class PipelineConfig:
         check_names(self.source_options, Use.STREAM_READ, Use.BATCH_WRITE, spark=False,
                     what="tidings pipeline -o (its source is a streaming read, its sink a "
                          "batch write)")
+        # Their values too, before Spark starts (the source would fail its query on them).
+        ReadOptions.parse({**self.nats_options(Use.STREAM_READ),
+                           "channels": ",".join(self.channels)}, stream=True)
+        ConnectionOptions.parse(self.nats_options(Use.BATCH_WRITE))
 
     def nats_options(self, use: Use) -> dict[str, str]:
         """The nats options of the pipeline's reads (`Use.STREAM_READ`, the demo's
@@ -76,13 +89,16 @@ class PipelineConfig:
                 **{k: v for k, v in self.source_options.items() if applies(k, use)}}
 
 
-def events(spark: Any, cfg: PipelineConfig) -> Any:
-    """The parsed events of the channels: (key, value, event_time, channel, sequence)."""
+def events(spark: Any, cfg: PipelineConfig, pause_file: str | None = None) -> Any:
+    """The parsed events of the channels: (key, value, event_time, channel, sequence);
+    `pause_file`: the source's pauseFile option (see `stop_gracefully`)."""
     from pyspark.sql import functions as F
 
     reader = spark.readStream.format("nats").option("channels", ",".join(cfg.channels))
     for key, value in cfg.nats_options(Use.STREAM_READ).items():
         reader = reader.option(key, value)
+    if pause_file:
+        reader = reader.option("pauseFile", pause_file)
     if cfg.max_messages_per_trigger:
         reader = reader.option("maxMessagesPerTrigger", cfg.max_messages_per_trigger)
     raw = reader.load()
@@ -126,8 +142,9 @@ def _trigger(writer: Any, cfg: PipelineConfig) -> Any:
     return writer.trigger(processingTime=cfg.trigger)
 
 
-def start(spark: Any, cfg: PipelineConfig) -> list[Any]:
-    """Start the Parquet query (and the publishing query); returns the StreamingQuery list."""
+def start(spark: Any, cfg: PipelineConfig, pause_file: str | None = None) -> list[Any]:
+    """Start the Parquet query (and the publishing query); returns the StreamingQuery list.
+    While `pause_file` exists, they start no micro-batch (`stop_gracefully` creates it)."""
     from pyspark.sql import functions as F
 
     import tidings.spark
@@ -135,14 +152,14 @@ def start(spark: Any, cfg: PipelineConfig) -> list[Any]:
     tidings.spark.register(spark)
     ckpt = cfg.checkpoint.rstrip("/")
     queries = []
-    to_parquet = (aggregates(events(spark, cfg), cfg).writeStream
+    to_parquet = (aggregates(events(spark, cfg, pause_file), cfg).writeStream
                   .queryName("tidings_pipeline_parquet")
                   .format("parquet").outputMode("append")
                   .option("path", cfg.output)
                   .option("checkpointLocation", f"{ckpt}/parquet"))
     queries.append(_trigger(to_parquet, cfg).start())
     if cfg.results_channel:
-        agg = aggregates(events(spark, cfg), cfg)
+        agg = aggregates(events(spark, cfg, pause_file), cfg)
         payload = F.to_json(F.struct(
             F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("window_start"),
             F.date_format("window_end", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("window_end"),
@@ -208,12 +225,38 @@ def spark_session(master: str | None, app_name: str = "tidings-pipeline",
     if local:
         settings["spark.ui.enabled"] = "false"
     settings.update(conf or {})
+    if master is not None:
+        start_jvm_apart(master, app_name, settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     set_shuffle_partitions(session, conf or {})
     return session
+
+
+def start_jvm_apart(master: str, app_name: str, settings: Mapping[str, str]) -> None:
+    """Start Spark's JVM as pyspark does, but in a session (process group) of its own.
+
+    A terminal's Ctrl-C goes to its whole foreground process group. pyspark makes its JVM
+    ignore SIGINT, but the Python processes the JVM starts (the streaming source runners, the
+    workers) put Python's handler back: each dies in the middle of a call with a traceback,
+    and the query whose task it ran fails (with its plan in the message). Apart from the
+    terminal's group, the JVM and all it starts never see the signal; only this process does,
+    and it stops the queries between micro-batches. The JVM still ends with this process:
+    pyspark's gateway exits when its stdin, a pipe from here, closes. Does nothing when a JVM
+    is there already (a session exists, or spark-submit started this process).
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    conf = SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name)
+    for key, value in settings.items():
+        conf.set(key, value)
+    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
 
 
 def set_shuffle_partitions(session: Any, conf: Mapping[str, str]) -> int:
@@ -291,6 +334,7 @@ class ProgressLog:
         self.queries = queries
         self.echo = echo
         self.printed: dict[str, int] = {}
+        self.batches: dict[str, int] = {}  # printed, per query
 
     def report(self) -> None:
         for q in self.queries:
@@ -298,33 +342,110 @@ class ProgressLog:
                 batch = p.get("batchId", -1)
                 if batch > self.printed.get(q.name, -1):
                     self.printed[q.name] = batch
+                    self.batches[q.name] = self.batches.get(q.name, 0) + 1
                     self.echo(f"[{q.name}] {describe(p)}")
 
 
 def watch(log: ProgressLog, until: Callable[[], bool], every: float = 5.0) -> None:
     """Print every micro-batch of the log's queries (at most every `every` seconds) until
-    `until()` or all stop; call `log.report()` again once they are stopped."""
+    `until()`, all stop, or one fails (RuntimeError); call `log.report()` again once they are
+    stopped."""
     queries = log.queries
-    while not until() and any(q.isActive for q in queries):
+
+    def going() -> bool:
+        return (not until() and any(q.isActive for q in queries)
+                and not any(q.exception() is not None for q in queries if not q.isActive))
+
+    while going():
         log.report()
         deadline = time.monotonic() + every
-        while time.monotonic() < deadline and not until() and any(q.isActive for q in queries):
+        while time.monotonic() < deadline and going():
             for q in queries:
-                q.awaitTermination(0.2)
+                _await(q, 0.2)
     log.report()
     for q in queries:
         if q.exception() is not None:
-            raise RuntimeError(f"query {q.name} failed: {q.exception()}")
+            raise QueryFailed(q.name, str(q.exception()))
 
 
-def stop_gracefully(queries: list[Any], timeout: float = 60.0) -> None:
-    """Stop each query between two micro-batches (a batch interrupted midway is only
-    replayed on restart, but Spark logs the interruption as errors)."""
-    for q in queries:
-        deadline = time.monotonic() + timeout
-        while q.isActive and q.status.get("isTriggerActive") and time.monotonic() < deadline:
-            q.awaitTermination(0.05)
-        q.stop()
+class QueryFailed(RuntimeError):
+    """A query of the pipeline ended with an error (Spark's message, with its plan)."""
+
+    def __init__(self, query: str, error: str) -> None:
+        super().__init__(f"query {query} failed: {error}")
+        self.query, self.error = query, error
+
+    def line(self) -> str:
+        """In one line: the Python exception Spark's message carries (the source's own
+        words, e.g. `OptionError: ...`), else the message's first line."""
+        raised = re.findall(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", self.error,
+                            re.MULTILINE)
+        what = "{}: {}".format(*raised[-1]) if raised else self.error.strip().split("\n")[0]
+        return f"query {self.query} failed: {what}"
+
+
+def _await(query: Any, timeout: float) -> None:
+    """Wait up to `timeout` s for the query to end; its failure is `query.exception()`."""
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        query.awaitTermination(timeout)
+    except StreamingQueryException:
+        pass
+
+
+def stop_gracefully(queries: list[Any], pause_file: str | None = None,
+                    hurry: Callable[[], bool] = lambda: False,
+                    quiet: Callable[[], None] = lambda: None) -> None:
+    """Stop the queries between two micro-batches: `pause_file` (the one they were started
+    with) is created, so the batches under way finish and no other starts (but a batch
+    without data that the watermark may ask for); each query is stopped once none of its
+    triggers is active. `hurry()` true stops the rest at once: the batches it interrupts
+    are replayed on restart, and `quiet()` is called first (to turn Spark's log off: it
+    prints each interruption as errors, a thousand lines of Java stacks).
+
+    Without a pause file, batches follow each other while a backlog lasts and the gap
+    between two is too short to be seen: a query would be stopped midway after all.
+    """
+    if pause_file:
+        Path(pause_file).touch()
+    pending = list(queries)
+    while pending:
+        for q in list(pending):
+            between = not q.isActive or not q.status.get("isTriggerActive")
+            if between or hurry():
+                if not between:
+                    quiet()
+                q.stop()
+                pending.remove(q)
+        if pending:
+            _await(pending[0], 0.05)
+
+
+def quiet(spark: Any) -> None:
+    """Spark's log off (a stop at once: what it would say is the interruption)."""
+    spark.sparkContext.setLogLevel("OFF")
+
+
+class Stop:
+    """SIGINT and SIGTERM (Ctrl-C, kill): the first asks for a stop between micro-batches,
+    a second one for a stop at once."""
+
+    def __init__(self) -> None:
+        self.signals = 0
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handler)
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.signals += 1
+
+    def is_set(self) -> bool:
+        return self.signals > 0
+
+    def hurry(self) -> bool:
+        return self.signals > 1
 
 
 def _config_from_args(args: argparse.Namespace) -> PipelineConfig:
@@ -404,41 +525,64 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """`tidings pipeline`."""
+    """`tidings pipeline`: 0 when it stopped as asked (Ctrl-C, SIGTERM, --duration, the end
+    of an availableNow run), 1 on an error (one line), 2 on a refused option."""
     try:
         cfg = _config_from_args(args)
     except OptionError as exc:
-        print(f"tidings pipeline: {exc}", file=sys.stderr)
+        print(f"tidings pipeline: error: {exc}", file=sys.stderr)
         return 2
     if args.demo:
         return _demo(args, cfg)
+    stop = Stop()
+    stop.install()  # from here on, Ctrl-C stops it between micro-batches
+    from tidings.spark.stan import StanError, check_server
+
+    try:  # before Spark starts: a wrong --url is one line at once
+        check_server(cfg.nats_options(Use.STREAM_READ))
+    except StanError as exc:
+        print(f"tidings pipeline: error: {exc}", file=sys.stderr)
+        return 1
     conf = dict(item.split("=", 1) for item in args.conf or [])
-    spark = spark_session(choose_master(args.master), conf=conf)
-    stop = threading.Event()
-    _stop_on_signals(stop)
+    try:
+        spark = spark_session(choose_master(args.master), conf=conf)
+    except KeyboardInterrupt:  # pyspark's own handler, in the moment before ours is back
+        print(stopped_line(0), flush=True)
+        return 0
+    stop.install()  # again: the SparkContext put its own in (cancel all jobs, raise)
+    with tempfile.TemporaryDirectory(prefix="tidings-pipeline-") as tmp:
+        return _run_queries(spark, cfg, args, stop, os.path.join(tmp, "pause"))
+
+
+def _run_queries(spark: Any, cfg: PipelineConfig, args: argparse.Namespace, stop: Stop,
+                 pause_file: str) -> int:
     started = time.monotonic()
-    queries = start(spark, cfg)
+    queries = [] if stop.is_set() else start(spark, cfg, pause_file)
     print(f"pipeline: {', '.join(cfg.channels)} -> {cfg.output}"
           + (f" and channel {cfg.results_channel}" if cfg.results_channel else "")
           + f"; checkpoint {cfg.checkpoint}; {session_line(spark)}", flush=True)
     log = ProgressLog(queries, lambda s: print(s, flush=True))
+    failed = None
     try:
         watch(log, lambda: stop.is_set() or bool(
             args.duration and time.monotonic() - started >= args.duration),
             every=args.progress_every)
+    except QueryFailed as exc:
+        failed = exc.line()
     finally:
-        stop_gracefully(queries)
+        stop_gracefully(queries, pause_file, stop.hurry, lambda: quiet(spark))
         log.report()
         spark.stop()
+    if failed:
+        print(f"tidings pipeline: error: {failed}", file=sys.stderr)
+        return 1
+    print(stopped_line(log.batches.get(queries[0].name, 0) if queries else 0), flush=True)
     return 0
 
 
-def _stop_on_signals(stop: threading.Event) -> None:
-    def handler(signum: int, frame: Any) -> None:
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, handler)
+def stopped_line(batches: int) -> str:
+    """The pipeline's last line (its micro-batches are those of the Parquet query)."""
+    return f"pipeline stopped after {batches} micro-batch{'' if batches == 1 else 'es'}"
 
 
 # -- the demo ----------------------------------------------------------------------------
@@ -498,8 +642,9 @@ def _start_demo_server() -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # Apart from the terminal's process group: Ctrl-C stops the demo, which then stops it.
     proc = subprocess.Popen([sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1",
-                             "-p", str(port), "-q"])
+                             "-p", str(port), "-q"], start_new_session=True)
     return proc, f"nats://127.0.0.1:{port}"
 
 
@@ -510,10 +655,12 @@ def _demo(args: argparse.Namespace, cfg: PipelineConfig) -> int:
         print(f"demo: started a tidings server at {cfg.url}", flush=True)
     cluster_id = cfg.source_options.get("clusterId", "test-cluster")
     duration = args.duration or 60.0
-    stop = threading.Event()
-    _stop_on_signals(stop)
+    stop = Stop()
+    stop.install()
     feeder = None
     spark = None
+    tmp = tempfile.TemporaryDirectory(prefix="tidings-pipeline-")
+    pause_file = os.path.join(tmp.name, "pause")
     try:
         from .stan import wait_for_streaming
 
@@ -525,11 +672,13 @@ def _demo(args: argparse.Namespace, cfg: PipelineConfig) -> int:
               f"output {cfg.output}, checkpoint {cfg.checkpoint}", flush=True)
         conf = dict(item.split("=", 1) for item in args.conf or [])
         spark = spark_session(choose_master(args.master), conf=conf)
+        stop.install()  # again: the SparkContext put its own in
         print(f"demo: {session_line(spark)}", flush=True)
         echo = lambda s: print(f"  {s}  (fed {feeder.sent})", flush=True)  # noqa: E731
         for phase, share in (("first run", 0.5), ("resumed from the checkpoint", 0.5)):
             print(f"demo: {phase}", flush=True)
-            queries = start(spark, cfg)
+            Path(pause_file).unlink(missing_ok=True)
+            queries = start(spark, cfg, pause_file)
             deadline = time.monotonic() + duration * share
 
             def done(deadline: float = deadline) -> bool:
@@ -539,7 +688,7 @@ def _demo(args: argparse.Namespace, cfg: PipelineConfig) -> int:
             try:
                 watch(log, done, every=args.progress_every)
             finally:
-                stop_gracefully(queries)
+                stop_gracefully(queries, pause_file, stop.hurry, lambda: quiet(spark))
                 log.report()
             if stop.is_set():
                 break
@@ -554,6 +703,7 @@ def _demo(args: argparse.Namespace, cfg: PipelineConfig) -> int:
         if server is not None:
             server.terminate()
             server.wait(10)
+        tmp.cleanup()
     return 0
 
 

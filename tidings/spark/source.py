@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -193,9 +194,13 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Channels already in `start` advance to their last sequence (at most up to the
         AvailableNow target, at most `limit.max_rows` messages in all). A channel seen for the
         first time enters the offset at its starting point and is read from the next batch on,
-        so `partitions(start, end)` never needs anything but the two offsets.
+        so `partitions(start, end)` never needs anything but the two offsets. While the
+        `pauseFile` exists, the end is the start: no new micro-batch (`tidings pipeline`
+        stops its queries between micro-batches this way).
         """
         start = {str(k): int(v) for k, v in start.items()}
+        if self.ropts.pause_file and os.path.exists(self.ropts.pause_file):
+            return start
         if self.target is not None:
             known = [ch for ch in self.target if ch in start]
             new = [ch for ch in self.target if ch not in start]

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import itertools
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import NamedTuple, TypeVar
 
 from google.protobuf.message import DecodeError
@@ -39,6 +39,7 @@ from .options import ConnectionOptions
 T = TypeVar("T")
 
 __all__ = ["ChannelInfo", "ConnectionLost", "Losses", "Probe", "RangeRead", "StanConnection", "StanError",
+           "check_server",
            "unique_id", "wait_for_streaming", "wait_progress"]
 
 _nuid = NUID()
@@ -372,3 +373,51 @@ def wait_for_streaming(url: str, timeout: float = 20.0, **options: str) -> None:
         asyncio.run(attempt())
     except StanError as exc:
         raise TimeoutError(f"no streaming server at {url}: {exc}") from exc
+
+
+def check_server(options: Mapping[str, str]) -> None:
+    """Connect once to the server of the data source `options` and register with its
+    streaming server, no retries: a StanError whose message names the cause in one line
+    (`cannot connect to nats://h:1: connection refused`). For a job to fail fast, before
+    Spark starts, on a wrong URL, credentials or cluster id."""
+    copts = ConnectionOptions.parse(options)
+    servers = ", ".join(copts.servers)
+
+    try:
+        kwargs = copts.client_kwargs(f"{copts.client_id_prefix}-check")
+    except OSError as exc:  # the TLS files
+        raise StanError(f"cannot load the TLS files (tlsCaFile, tlsCertFile, tlsKeyFile): "
+                        f"{_cause(exc, copts)}") from None
+
+    async def attempt() -> None:
+        nc = Client()
+        try:
+            await nc.connect(list(copts.servers), **kwargs)
+        except (nats_errors.Error, OSError) as exc:
+            raise StanError(f"cannot connect to {servers}: {_cause(exc, copts)}") from None
+        try:
+            sc = await stan_connect(copts.cluster_id, f"{copts.client_id_prefix}-check-"
+                                    f"{unique_id()}", nats=nc,
+                                    connect_timeout=copts.request_timeout)
+            await sc.close()
+        except StanError as exc:
+            if str(exc) != ERR_CONNECT_REQ_TIMEOUT:
+                raise StanError(f"streaming connect refused at {servers}: {exc}") from None
+            raise StanError(f"no NATS Streaming server with cluster id {copts.cluster_id!r} "
+                            f"answers at {servers} (clusterId)") from None
+        finally:
+            await nc.close()
+
+    asyncio.run(attempt())
+
+
+def _cause(exc: BaseException, copts: ConnectionOptions) -> str:
+    """The root of a failed connect, in words (`connection refused`, not an errno)."""
+    while isinstance(exc, nats_errors.NoServersError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    if isinstance(exc, (asyncio.TimeoutError, nats_errors.TimeoutError)):
+        return f"no answer within {copts.connect_timeout:g} s (connectTimeout)"
+    if isinstance(exc, OSError) and exc.errno is not None:
+        words = (os.strerror(exc.errno) if exc.errno > 0 else exc.strerror) or str(exc)
+        return words.lower() + (f": {exc.filename}" if exc.filename else "")
+    return str(exc) or type(exc).__name__
