@@ -29,6 +29,7 @@ import pytest
 import trustme
 
 import tidings.client
+from tests.certs import Certs, make_certs, tls_block
 from tests.servers import free_port, nats_server_binary, stop_process, wait_listening
 
 from .rawnats import RawConn
@@ -38,48 +39,9 @@ pytestmark = pytest.mark.timeout(90)
 KINDS = ["tidings", "reference"]
 
 
-@dataclass
-class Certs:
-    ca: str
-    server: str
-    server_key: str
-    client: str
-    client_key: str
-    other: str
-    other_key: str
-
-    def context(self, client_cert: bool = False, other: bool = False) -> ssl.SSLContext:
-        """A client's context trusting our CA (with a client certificate)."""
-        ctx = ssl.create_default_context(cafile=self.ca)
-        if client_cert:
-            ctx.load_cert_chain(self.client, self.client_key)
-        if other:
-            ctx.load_cert_chain(self.other, self.other_key)
-        return ctx
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    d = tmp_path_factory.mktemp("certs")
-    ca = trustme.CA()
-    ca.cert_pem.write_to_path(d / "ca.pem")
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    server.cert_chain_pems[0].write_to_path(d / "server.pem")
-    server.private_key_pem.write_to_path(d / "server-key.pem")
-    client = ca.issue_cert("alice@example.com", "client.example.com", common_name="alice",
-                           organization_name="Acme", organization_unit_name="Eng")
-    client.cert_chain_pems[0].write_to_path(d / "client.pem")
-    client.private_key_pem.write_to_path(d / "client-key.pem")
-    other = trustme.CA().issue_cert("mallory@example.com")
-    other.cert_chain_pems[0].write_to_path(d / "other.pem")
-    other.private_key_pem.write_to_path(d / "other-key.pem")
-    return Certs(*(str(d / n) for n in ("ca.pem", "server.pem", "server-key.pem", "client.pem",
-                                        "client-key.pem", "other.pem", "other-key.pem")))
-
-
-def tls_block(certs: Certs, extra: str = "") -> str:
-    return (f'tls {{\n  cert_file: "{certs.server}"\n  key_file: "{certs.server_key}"\n'
-            f'  ca_file: "{certs.ca}"\n{extra}}}\n')
+    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 @dataclass

@@ -11,7 +11,6 @@ and a streaming client that meets the requirement publishes and receives through
 from __future__ import annotations
 
 import asyncio
-import ssl
 import subprocess
 import sys
 import time
@@ -22,8 +21,8 @@ from typing import Any
 
 import nkeys
 import pytest
-import trustme
 
+from tests.certs import Certs, make_certs, tls_block
 from tests.servers import free_port, stop_process
 from tidings.streaming.client import connect as stan_connect
 
@@ -32,38 +31,9 @@ pytestmark = pytest.mark.timeout(90)
 READY = "Streaming server ready"
 
 
-@dataclass
-class Certs:
-    ca: Path
-    server: Path
-    server_key: Path
-    client: Path
-    client_key: Path
-
-    def context(self, client_cert: bool = False) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(cafile=str(self.ca))
-        if client_cert:
-            ctx.load_cert_chain(str(self.client), str(self.client_key))
-        return ctx
-
-    def block(self, extra: str = "") -> str:
-        return (f'tls {{\n  cert_file: "{self.server}"\n  key_file: "{self.server_key}"\n'
-                f'  ca_file: "{self.ca}"\n{extra}}}\n')
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    d = tmp_path_factory.mktemp("certs")
-    ca = trustme.CA()
-    ca.cert_pem.write_to_path(d / "ca.pem")
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    server.cert_chain_pems[0].write_to_path(d / "server.pem")
-    server.private_key_pem.write_to_path(d / "server-key.pem")
-    client = ca.issue_cert("alice@example.com", common_name="alice")
-    client.cert_chain_pems[0].write_to_path(d / "client.pem")
-    client.private_key_pem.write_to_path(d / "client-key.pem")
-    return Certs(d / "ca.pem", d / "server.pem", d / "server-key.pem", d / "client.pem",
-                 d / "client-key.pem")
+    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 @dataclass
@@ -86,10 +56,10 @@ def case(name: str, certs: Certs) -> Case:
               '{publish: ">", subscribe: ">"}} ]')
     public, seed = _nkey_user()
     return {
-        "tls": Case(certs.block(), [], tls),
-        "tls_verify": Case(certs.block("  verify: true\n"), [], mtls),
+        "tls": Case(tls_block(certs), [], tls),
+        "tls_verify": Case(tls_block(certs, "  verify: true\n"), [], mtls),
         "tls_verify_and_map": Case(
-            certs.block("  verify_and_map: true\n")
+            tls_block(certs, "  verify_and_map: true\n")
             + 'authorization { users: [ {user: "alice@example.com"} ] }\n', [], mtls),
         "tls_flags": Case("", ["--tls", "--tlscert", str(certs.server), "--tlskey",
                                str(certs.server_key)], tls),

@@ -169,6 +169,38 @@ def check_deliveries(sub: Subscriber, stored: list[bytes], pub: Publisher) -> No
     assert not {m.data for m in sub.inbox.all} & set(pub.nacked)
 
 
+async def check_stored_and_delivered(srv: TidingsOnPg, pub: Publisher, sub: Subscriber,
+                                     pg: PgServer) -> None:
+    """Every acknowledged message is stored and delivered once, as stored; the subscriber's
+    acks reach the database."""
+    await sub.wait_for(len(pub.acked))
+    stored = await stored_payloads(srv.url, "orders")
+    check(pub, stored)
+    check_deliveries(sub, stored, pub)
+    print(f"published {pub.n}: {len(pub.acked)} acked, {len(pub.nacked)} refused:",
+          set(pub.nacked.values()))
+    await poll(lambda: pending_rows(pg) == 0, BACK, "the acks to be written")
+
+
+async def a_new_server_redelivers_nothing(
+    pg: PgServer, srv: TidingsOnPg, tidings_on: Callable[[PgServer], TidingsOnPg]
+) -> None:
+    """The durable state written after the outage: a server started on it after a kill -9
+    of this one resumes from it, and nothing acknowledged comes back."""
+    await poll(lambda: client_rows(pg) == 0, BACK, "the clients' close to be written")
+    srv.kill()
+    again = tidings_on(pg)
+    await wait_streaming(again.url)
+    resumed = Subscriber()
+    sc2 = await resumed.start(again.url)
+    try:
+        await sc2.publish("orders", b"after")
+        await resumed.wait_for(1)
+        assert [m.data for m in resumed.inbox.all] == [b"after"]
+    finally:
+        await sc2.close()
+
+
 async def test_a_postgresql_restart_under_publishers_and_subscribers(
     private_postgres: PgServer, tidings_on: Callable[[PgServer], TidingsOnPg]
 ) -> None:
@@ -196,29 +228,11 @@ async def test_a_postgresql_restart_under_publishers_and_subscribers(
         assert srv.lines("postgres store: the connection is lost")
         assert srv.lines("postgres store: reconnected")
         assert all("database" in e for e in pub.nacked.values()), set(pub.nacked.values())
-        await sub.wait_for(len(pub.acked))
-        stored = await stored_payloads(srv.url, "orders")
-        check(pub, stored)
-        check_deliveries(sub, stored, pub)
-        print(f"published {pub.n}: {len(pub.acked)} acked, {len(pub.nacked)} refused:",
-              set(pub.nacked.values()))
-        await poll(lambda: pending_rows(pg) == 0, BACK, "the acks to be written")
+        await check_stored_and_delivered(srv, pub, sub, pg)
     finally:
         await sc.close()
         await sub_sc.close()
-    await poll(lambda: client_rows(pg) == 0, BACK, "the clients' close to be written")
-    # The durable state the server wrote after the restart: a new server resumes from it.
-    srv.kill()
-    again = tidings_on(pg)
-    await wait_streaming(again.url)
-    resumed = Subscriber()
-    sc2 = await resumed.start(again.url)
-    try:
-        await sc2.publish("orders", b"after")
-        await resumed.wait_for(1)
-        assert [m.data for m in resumed.inbox.all] == [b"after"]  # nothing acked came back
-    finally:
-        await sc2.close()
+    await a_new_server_redelivers_nothing(pg, srv, tidings_on)
 
 
 async def test_a_database_down_for_longer_keeps_the_server_up_and_retrying(
@@ -251,29 +265,12 @@ async def test_a_database_down_for_longer_keeps_the_server_up_and_retrying(
         await publish_until_accepted(pub, BACK)
         assert srv.lines("postgres store: reconnected")
         assert await pub.wave(20) == 0
-        await sub.wait_for(len(pub.acked))
-        stored = await stored_payloads(srv.url, "orders")
-        check(pub, stored)
-        check_deliveries(sub, stored, pub)
-        print(f"published {pub.n}: {len(pub.acked)} acked, {len(pub.nacked)} refused:",
-              set(pub.nacked.values()))
-        # the acks given while the database was down are written once it is back
-        await poll(lambda: pending_rows(pg) == 0, BACK, "the acks to be written")
+        # (the acks given while the database was down are written once it is back)
+        await check_stored_and_delivered(srv, pub, sub, pg)
     finally:
         await sc.close()
         await sub_sc.close()
-    await poll(lambda: client_rows(pg) == 0, BACK, "the clients' close to be written")
-    srv.kill()
-    again = tidings_on(pg)
-    await wait_streaming(again.url)
-    resumed = Subscriber()
-    sc2 = await resumed.start(again.url)
-    try:
-        await sc2.publish("orders", b"after")
-        await resumed.wait_for(1)
-        assert [m.data for m in resumed.inbox.all] == [b"after"]
-    finally:
-        await sc2.close()
+    await a_new_server_redelivers_nothing(pg, srv, tidings_on)
 
 
 async def test_a_publish_to_a_server_whose_database_is_down_is_not_left_hanging(
