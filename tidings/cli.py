@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib
 import logging
 import os
 import sys
@@ -15,10 +14,6 @@ from typing import Any
 from .flagparser import FlagParser, UsageError, report
 from .oserrors import about, describe
 from .server.options import ServerOptions, add_server_arguments, options_from_args
-
-# In a cluster, how long embedded streaming waits for the seed routes before it looks for
-# another streaming server with its cluster id.
-STREAMING_SEED_WAIT = 2.0
 
 
 def _setup_logging(quiet: bool, debug: bool, trace: bool = False, logtime: bool = True,
@@ -34,7 +29,7 @@ def _setup_logging(quiet: bool, debug: bool, trace: bool = False, logtime: bool 
 
 def _cmd_server(args: argparse.Namespace) -> int:
     from .server.allocator import giving_back, keep_freed_memory
-    from .server.server import NATS_VERSION, install_uvloop, run
+    from .server.server import NATS_VERSION, install_uvloop
 
     if args.version:
         from . import __version__
@@ -61,11 +56,9 @@ def _cmd_server(args: argparse.Namespace) -> int:
                    options.log_file, options.log_size_limit)
     install_uvloop()
     give_back = keep_freed_memory()
-    extra_start = None
-    running: list = []
+    sopts = None
     if not args.no_streaming:
         from .streaming.server import options_from_args as streaming_options
-        from .streaming.server import start_embedded
 
         sbase = None
         if isinstance(conf.get("streaming"), dict):
@@ -73,25 +66,6 @@ def _cmd_server(args: argparse.Namespace) -> int:
 
             sbase = apply_config(StreamingOptions(), conf["streaming"])
         sopts = streaming_options(args, sbase)
-
-        async def extra_start(core: Any) -> None:
-            _log_streaming_banner(sopts, core.options)
-            # The streaming modules load in a thread: the core serves its first clients
-            # meanwhile instead of waiting for the imports.
-            await asyncio.to_thread(importlib.import_module, "tidings.streaming.server.runner")
-            from .streaming.server.server import AnotherServerRunning
-
-            if core.cluster is not None:
-                # One streaming server per cluster id: look for another once the seed
-                # routes are up (a server that started first already serves it).
-                await core.cluster.seeded(STREAMING_SEED_WAIT)
-            try:
-                running.append(await start_embedded(core, sopts))
-            except AnotherServerRunning as exc:
-                if core.cluster is None:
-                    raise
-                logging.getLogger("tidings.streaming").warning(
-                    "%s in the cluster: this server runs without streaming", exc)
 
     reload_options = None
     if args.config:
@@ -104,11 +78,9 @@ def _cmd_server(args: argparse.Namespace) -> int:
             return new
 
     async def main() -> None:
-        try:
-            await run(options, extra_start=extra_start, reload_options=reload_options)
-        finally:
-            for r in running:
-                await r.stop()
+        from .node import Node
+
+        await Node(options, sopts).run(reload_options)
 
     with _pid_file(options.pid_file):
         try:
@@ -116,20 +88,6 @@ def _cmd_server(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
     return 0
-
-
-def _log_streaming_banner(sopts: Any, core: ServerOptions | None = None) -> None:
-    """Where embedded (core's options given) or standalone streaming keeps its messages,
-    and where it is monitored: on the core's -m port when embedded."""
-    from .streaming.server.banner import log_banner, monitoring_url
-
-    if core is None:
-        where = monitoring_url("http", sopts.http_host, sopts.http_port)
-    elif core.https_port and not core.http_port:
-        where = monitoring_url("https", core.host, core.https_port)
-    else:
-        where = monitoring_url("http", core.host, core.http_port)
-    log_banner(sopts, where)
 
 
 @contextlib.contextmanager
@@ -163,7 +121,9 @@ def _cmd_streaming(args: argparse.Namespace) -> int:
     install_uvloop()
     give_back = keep_freed_memory()
     sopts = streaming_options(args)
-    _log_streaming_banner(sopts)
+    from .streaming.server.banner import log_banner, monitoring_url
+
+    log_banner(sopts, monitoring_url("http", sopts.http_host, sopts.http_port))
     try:
         asyncio.run(giving_back(give_back, run_standalone(sopts)))
     except KeyboardInterrupt:

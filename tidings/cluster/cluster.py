@@ -16,8 +16,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
+from ..oserrors import listen_error
 from ..redact import redact_url
 from ..server.connection import Connection, Frame
+from ..server.listeners import Listener
+from ..server.server import local_ips
 from ..server.sublist import RemoteInterest, Subscription
 from .route import NATS, SEED, RouteConnection, encode_json
 
@@ -72,8 +75,11 @@ class RouteURL:
         return f"nats://{quote(user, safe='')}:{quote(password, safe='')}@{hostport}"
 
 
-class Cluster:
-    """Routes of one server. Created and started by Server.start when clustering is on."""
+class Cluster(Listener):
+    """Routes of one server: one more listener of the server, plugged in by node.py when
+    clustering is on (started after the client port, released before the clients close)."""
+
+    stops_before_clients = True
 
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -108,8 +114,25 @@ class Cluster:
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self) -> None:
+        try:
+            await self._listen()
+        except OSError as exc:
+            raise listen_error("error listening on router", self.listen.host,
+                               self.listen.port, exc) from exc
         server = self.server
-        loop = server.loop
+        server.sublist.watcher = self._local_interest
+        log.info("Cluster name is %s", self.name)
+        log.info("Listening for route connections on %s:%d", self.listen.host, self.port)
+        own = self._own_route_addresses()
+        # Our own listen address in the list: the reference skips it too.
+        self.seeds = [url for url in self.seeds if (url.host, url.port) not in own]
+        for url in self.seeds:
+            self._spawn(self._keep_route(url, implicit=False))
+        if not self.seeds:
+            self._seeded.set()
+
+    async def _listen(self) -> None:
+        loop = self.server.loop
         if self.tls is not None:
             from ..server.tls_session import Greeting, TLSListener
 
@@ -125,16 +148,6 @@ class Cluster:
                 reuse_address=True,
             )
         self.port = self._listener.sockets[0].getsockname()[1]
-        server.sublist.watcher = self._local_interest
-        log.info("Cluster name is %s", self.name)
-        log.info("Listening for route connections on %s:%d", self.listen.host, self.port)
-        own = self._own_route_addresses()
-        # Our own listen address in the list: the reference skips it too.
-        self.seeds = [url for url in self.seeds if (url.host, url.port) not in own]
-        for url in self.seeds:
-            self._spawn(self._keep_route(url, implicit=False))
-        if not self.seeds:
-            self._seeded.set()
 
     async def seeded(self, timeout: float) -> bool:
         """Wait (at most `timeout`) until a route to every seed has been made once."""
@@ -363,6 +376,9 @@ class Cluster:
             other.queue(line)
         self._flush_soon()
 
+    def lame_duck(self) -> None:
+        self.announce_lame_duck()
+
     def announce_lame_duck(self) -> None:
         """Tell the routes we are leaving: they drop our client URLs and tell their clients."""
         line = self.info_line()
@@ -571,9 +587,3 @@ def _dynamic_name() -> str:
     return secrets.token_urlsafe(16).replace("-", "A").replace("_", "B")
 
 
-def local_ips() -> set[str]:
-    try:
-        infos = socket.getaddrinfo(socket.gethostname(), None)
-    except OSError:
-        return set()
-    return {str(info[4][0]) for info in infos}

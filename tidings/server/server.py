@@ -4,31 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import json
 import logging
 import secrets
-import signal
+import socket
 import sys
 import time
 from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
-from ..oserrors import StartError, listen_error
 from ..pipe import open_pipe
 from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
-from ..signals import SERVER_SIGNALS, trap_unsupported_signals
 from ..turns import LoopTurns
 from . import flow
 from .auth import Authenticator, Bcrypt, granting, new_nonce
 from .client import ClientConnection
 from .connection import Connection, Frame
+from .listeners import ClientPort, Listener, MonitorPort
 from .options import ServerOptions
 from .sublist import Sublist, Subscription
 
 if TYPE_CHECKING:
-    from ..cluster.cluster import Cluster
     from .monitor import Monitor
     from .tracing import MsgTrace
     from .websocket import WebSocketListener
@@ -72,7 +69,9 @@ class Server:
         self._qseq = 0
         self.trace_seq = 0  # sequence number of the trace events we sent (tracing.py)
         self.deliver = self._deliver  # bound once: route() runs per message
-        self.cluster: Cluster | None = None  # routes to other servers, when clustered
+        # The cluster's routes (cluster.Cluster, plugged in by node.py; server/ does not
+        # import cluster/), when clustered.
+        self.cluster: Any = None
         self.connect_urls: list[str] = []  # the cluster's client URLs, for clients' INFO
         self.lame_duck = False
         self.monitor: Monitor | None = None  # -m: the HTTP monitoring endpoints
@@ -87,7 +86,8 @@ class Server:
         self.gone = {"in_msgs": 0, "in_bytes": 0, "out_msgs": 0, "out_bytes": 0,
                      "in_client_msgs": 0, "in_client_bytes": 0, "out_client_msgs": 0,
                      "out_client_bytes": 0}
-        self._listener: asyncio.AbstractServer | None = None
+        self.listeners: list[Listener] = []  # started, in order (listeners.py)
+        self.plugged: list[Listener] = []  # to start after the client port (plug)
         self._sweeper: asyncio.TimerHandle | None = None
         self._stopped = asyncio.Event()
         self._stopping = False  # shutdown has begun: no new in-process clients
@@ -124,16 +124,36 @@ class Server:
 
             self.tls_context = server_context(opts.tls)
         # As the reference: the monitor first, so that it answers once clients are let in.
-        await self._start_monitor()
-        try:
-            await self._start_listener(kind)
-        except OSError as exc:
-            if self.monitor is not None:
-                await self.monitor.stop()
-            # As the reference words it (each listener below names itself too).
-            raise listen_error("error listening on port", opts.host, opts.port, exc) from exc
+        listeners: list[Listener] = [MonitorPort(self)] if opts.http_port or opts.https_port else []
+        listeners.append(ClientPort(self, kind))
+        listeners += self.plugged
+        if opts.websocket is not None:
+            from .websocket import WebSocketListener
+
+            self.ws_listener = WebSocketListener(self, opts.websocket)
+            listeners.append(self.ws_listener)
+        for listener in listeners:
+            try:
+                await listener.start()
+            except BaseException:
+                for started in reversed(self.listeners):
+                    started.close()
+                    await started.stop()
+                raise
+            self.listeners.append(listener)
+            if isinstance(listener, ClientPort):
+                self._log_client_port()
         if opts.write_deadline > 0:
             self._sweeper = self.loop.call_later(1.0, self._sweep_writes)
+        if announce:
+            log.info("Server is ready")
+
+    def plug(self, listener: Listener) -> None:
+        """Add a listener to start after the client port (the cluster's, from node.py)."""
+        self.plugged.append(listener)
+
+    def _log_client_port(self) -> None:
+        opts = self.options
         log.info("Listening for client connections on %s:%d", opts.host, self.port)
         if opts.tls is not None:
             tls = opts.tls
@@ -145,62 +165,6 @@ class Server:
             if first_only:
                 log.warning('Clients that are not using "TLS Handshake First" option will '
                             "fail to connect")
-        if opts.cluster:
-            from ..cluster.cluster import Cluster
-
-            self.cluster = Cluster(self)
-            try:
-                await self.cluster.start()
-            except OSError as exc:
-                self._listener.close()
-                listen = self.cluster.listen
-                raise listen_error("error listening on router", listen.host, listen.port,
-                                   exc) from exc
-        if opts.websocket is not None:
-            from .websocket import WebSocketListener
-
-            self.ws_listener = WebSocketListener(self, opts.websocket)
-            try:
-                await self.ws_listener.start()
-            except OSError as exc:
-                self._listener.close()
-                raise StartError(self.ws_listener.listen_error(exc)) from exc
-        if announce:
-            log.info("Server is ready")
-
-    async def _start_monitor(self) -> None:
-        """-m / -ms / `http` / `https`: the endpoints, on `http: HOST` or the client host."""
-        opts = self.options
-        if not (opts.http_port or opts.https_port):
-            return
-        from .monitor import Monitor
-
-        self.monitor = Monitor(self)
-        secure = not opts.http_port  # -ms: HTTPS with the client listener's certificate
-        port = opts.http_port or opts.https_port
-        host = opts.http_host or opts.host
-        try:
-            await self.monitor.start(host, port, secure=secure)
-        except OSError as exc:
-            raise listen_error("can't start monitoring: can't listen to the "
-                               f"{'https ' if secure else ''}monitor port", host, port,
-                               exc) from exc
-        log.info("Starting %s monitor on %s:%d", "https" if secure else "http", host, port)
-
-    async def _start_listener(self, kind: type[ClientConnection]) -> None:
-        opts = self.options
-        if opts.tls is not None:
-            from .tls_session import TLSListener, client_greeter
-
-            self._listener = await TLSListener(  # type: ignore[assignment]
-                self.tls_context, opts.tls.timeout, client_greeter(self, lambda: kind(self))
-            ).start(opts.host, opts.port)
-        else:
-            self._listener = await self.loop.create_server(
-                lambda: kind(self), opts.host, opts.port, reuse_address=True, backlog=4096
-            )
-        self.port = self._listener.sockets[0].getsockname()[1]
-        self.build_info()
 
     def set_auth(self) -> None:
         """Build the users and permissions from the options again (on reload)."""
@@ -242,16 +206,13 @@ class Server:
         default the write deadline, else 10 s); what is still stuck then is dropped."""
         log.info("Initiating Shutdown...")
         self._stopping = True
-        if self._listener is not None:
-            self._listener.close()
-        if self.ws_listener is not None:
-            self.ws_listener.close()
+        for listener in self.listeners:
+            listener.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
-        if self.cluster is not None:
-            await self.cluster.stop()
-        if self.monitor is not None:
-            await self.monitor.stop()
+        for listener in self.listeners:
+            if listener.stops_before_clients:
+                await listener.stop()
         self.bcrypt.close()
         self.flush()
         for client in list(self.clients.values()):
@@ -267,11 +228,9 @@ class Server:
             except asyncio.TimeoutError:
                 for client in list(self.clients.values()):
                     client.abort()
-        if self._listener is not None:
-            await self._listener.wait_closed()
-            self._listener = None
-        if self.ws_listener is not None:
-            await self.ws_listener.stop()
+        for listener in self.listeners:
+            if not listener.stops_before_clients:
+                await listener.stop()
         self._stopped.set()
 
     async def serve_forever(self) -> None:
@@ -304,16 +263,12 @@ class Server:
     async def _lame_duck(self) -> None:
         opts = self.options
         log.info("Entering lame duck mode, stop accepting new clients")
-        if self._listener is not None:
-            self._listener.close()
-        if self.ws_listener is not None:
-            self.ws_listener.close()
         self.build_info()
         for client in self.clients.values():
             if client.protocol >= 1 and client.first_pong_sent and not client.closed:
                 client.queue(self.info_for(client))
-        if self.cluster is not None:
-            self.cluster.announce_lame_duck()
+        for listener in self.listeners:
+            listener.lame_duck()  # no new clients; the routes are told we are leaving
         self.flush()
         clients = [c for cid, c in self.clients.items() if cid not in self.internal]
         if clients:
@@ -361,8 +316,6 @@ class Server:
             return [f"{host}:{port}"]
         host = self.options.host
         if host in ("0.0.0.0", "::", ""):
-            from ..cluster.cluster import local_ips
-
             hosts = sorted(ip for ip in local_ips() if not ip.startswith("127.") and ":" not in ip)
             hosts = hosts or ["127.0.0.1"]
         else:
@@ -669,6 +622,15 @@ class Server:
         self._sweeper = self.loop.call_later(1.0, self._sweep_writes)
 
 
+def local_ips() -> set[str]:
+    """The addresses this host's name resolves to."""
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None)
+    except OSError:
+        return set()
+    return {str(info[4][0]) for info in infos}
+
+
 def _add_counts(totals: dict[str, int], conn: Connection) -> None:
     """Add a connection's messages and bytes in and out (also as a client's) to `totals`."""
     in_msgs, in_bytes = conn.published()
@@ -706,37 +668,3 @@ def install_uvloop() -> bool:
         return False
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     return True
-
-
-async def run(
-    options: ServerOptions,
-    extra_start: Any = None,
-    reload_options: Callable[[], ServerOptions] | None = None,
-) -> None:
-    """Run a server until SIGINT or SIGTERM, then shut down cleanly.
-
-    A failure to listen is an OSError naming the listener and its address; one in
-    ``extra_start`` (the embedded streaming server) shuts the server down and is raised.
-    The server is announced ready once ``extra_start`` has returned."""
-    server = Server(options)
-    loop = asyncio.get_running_loop()
-    trap_unsupported_signals(loop, SERVER_SIGNALS)
-    await server.start(announce=extra_start is None)
-    with contextlib.suppress(NotImplementedError, RuntimeError):
-        loop.add_signal_handler(signal.SIGUSR2, server.enter_lame_duck)
-        if reload_options is not None:
-            loop.add_signal_handler(signal.SIGHUP, server.reload_with, reload_options)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, server.request_stop)
-        except (NotImplementedError, RuntimeError):
-            pass
-    if extra_start is not None:
-        try:
-            await extra_start(server)
-        except BaseException:
-            await server.shutdown()
-            raise
-        log.info("Server is ready")  # only once everything started
-    await server.serve_forever()
-    log.info("Server Exiting..")

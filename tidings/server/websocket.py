@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from ..oserrors import StartError
 from . import ws_frames
+from .listeners import Listener
 from .options import WebSocketOptions
 from .ws_frames import BINARY, CLOSE, PONG, Deflater, FrameReader, control_frame
 
@@ -487,7 +489,7 @@ def _header_has_pmc(request: UpgradeRequest) -> bool:
     return False
 
 
-class WebSocketListener:
+class WebSocketListener(Listener):
     """The listening socket whose connections are WebSocket sessions."""
 
     def __init__(self, server: Server, options: WebSocketOptions) -> None:
@@ -512,6 +514,17 @@ class WebSocketListener:
         return "wss" if self.tls else "ws"
 
     async def start(self) -> None:
+        try:
+            await self._listen()
+        except OSError as exc:
+            raise StartError(self.listen_error(exc)) from exc
+        opts = self.options
+        log.info("Listening for websocket clients on %s://%s:%d", self.scheme, opts.host,
+                 self.port)
+        if not self.tls:
+            log.warning("Websocket not configured with TLS. DO NOT USE IN PRODUCTION!")
+
+    async def _listen(self) -> None:
         opts = self.options
         ssl_context = None
         timeout = None
@@ -526,15 +539,13 @@ class WebSocketListener:
             ssl_handshake_timeout=timeout, reuse_address=True, backlog=4096)
         self.listening = True
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("Listening for websocket clients on %s://%s:%d", self.scheme, opts.host,
-                 self.port)
-        if not self.tls:
-            log.warning("Websocket not configured with TLS. DO NOT USE IN PRODUCTION!")
 
     def close(self) -> None:
         """Stop accepting new WebSocket clients (shutdown, lame duck)."""
         if self._server is not None:
             self._server.close()
+
+    lame_duck = close
 
     async def stop(self) -> None:
         """Stop listening, and close the sockets still in their upgrade (the clients are

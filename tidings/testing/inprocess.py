@@ -1,27 +1,22 @@
 """A tidings server on the running event loop (the test's own), and `tidings.serve()`.
 
-`InProcessServer` starts the core `Server` (and embedded streaming, as `tidings server`
-does) in the current loop: nothing to spawn, a few milliseconds to start. Its methods are
+`InProcessServer` runs a `Node` (the core server, its cluster and embedded streaming, as
+`tidings server` does) in the current loop: nothing to spawn, a few milliseconds to start. Its methods are
 coroutines. While it runs, a logging handler keeps what the "tidings" loggers say (at INFO),
 for the test report.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import signal
 import tempfile
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .spec import ServerHandle, ServerSpec
 
-# As `tidings server`: how long a clustered server looks for another streaming server.
-STREAMING_SEED_WAIT = 2.0
 _FORMAT = logging.Formatter("%(asctime)s [%(levelname).3s] %(name)s: %(message)s")
 _capturing: list[int] = []  # the "tidings" logger's level before the first capture
 
@@ -64,13 +59,22 @@ class InProcessServer(ServerHandle):
 
     def __init__(self, spec: ServerSpec, workdir: Path, capture_log: bool = True) -> None:
         super().__init__(spec, workdir)
-        self.core: Any = None  # tidings.server.server.Server
-        self.streaming: Any = None  # tidings.streaming.server.RunningStreaming
+        self.node: Any = None  # tidings.node.Node, while it runs
         self._log = _LogBuffer() if capture_log else None
 
     @property
     def running(self) -> bool:
-        return self.core is not None
+        return self.node is not None
+
+    @property
+    def core(self) -> Any:
+        """The core server (tidings.server.server.Server), while it runs."""
+        return self.node.server if self.node is not None else None
+
+    @property
+    def streaming(self) -> Any:
+        """The embedded streaming server (RunningStreaming), while it runs."""
+        return self.node.streaming if self.node is not None else None
 
     def log(self, since: int = 0) -> str:
         """What the "tidings" loggers said while this server ran (from line `since`)."""
@@ -80,9 +84,9 @@ class InProcessServer(ServerHandle):
         return len(self._log.lines) if self._log else 0
 
     async def start(self) -> InProcessServer:
-        if self.core is not None:
+        if self.node is not None:
             return self
-        from ..server.server import Server
+        from ..node import Node
 
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.options.port = self._port
@@ -91,22 +95,26 @@ class InProcessServer(ServerHandle):
             if self.starts:
                 self._log.lines.append("--- restarted ---")
             _capture(self._log)
-        core = Server(options)
+        sopts = self.options.streaming_options(conf) if self.options.streaming else None
+        node = Node(options, sopts)
         try:
-            await core.start()
-            self.core = core
-            self._port = core.port
-            if self.options.streaming:
-                self.streaming = await _start_streaming(core, self.options.streaming_options(conf))
+            await node.start()
         except BaseException:
-            await self._halt(core)
+            self._release_log()
             raise
+        self.node = node
+        self._port = node.server.port
         self.starts += 1
         return self
 
     async def stop(self) -> None:
         """Stop streaming (its store closed cleanly), then the core server. Idempotent."""
-        await self._halt(self.core)
+        node, self.node = self.node, None
+        try:
+            if node is not None:
+                await node.stop()
+        finally:
+            self._release_log()
 
     async def kill(self) -> None:
         """The closest in-process thing to a crash: connections dropped, nothing flushed
@@ -115,7 +123,7 @@ class InProcessServer(ServerHandle):
         if core is not None:
             for client in list(core.clients.values()):
                 client.abort()
-        await self._halt(core)
+        await self.stop()
 
     async def restart(self) -> None:
         """Stop and start again: same port, same store directory."""
@@ -126,44 +134,9 @@ class InProcessServer(ServerHandle):
         state = "running" if self.running else "stopped"
         return f"<InProcessServer {self.url} {state}>"
 
-    async def _halt(self, core: Any) -> None:
-        running, self.streaming, self.core = self.streaming, None, None
-        try:
-            if running is not None:
-                await running.stop()
-        finally:
-            try:
-                if core is not None:
-                    await core.shutdown()
-            finally:
-                if self._log is not None and self._log in logging.getLogger("tidings").handlers:
-                    _release(self._log)
-
-
-async def _start_streaming(core: Any, sopts: Any) -> Any:
-    """Embedded streaming as `tidings server` starts it, without its signal handlers (a test
-    process keeps its own SIGINT and SIGTERM)."""
-    from ..streaming.server import start_embedded
-    from ..streaming.server.server import AnotherServerRunning
-
-    if core.cluster is not None:
-        await core.cluster.seeded(STREAMING_SEED_WAIT)
-    loop = asyncio.get_running_loop()
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return await start_embedded(core, replace(sopts))
-    except AnotherServerRunning as exc:
-        if core.cluster is None:
-            raise
-        logging.getLogger("tidings.streaming").warning(
-            "%s in the cluster: this server runs without streaming", exc)
-        return None
-    finally:
-        for sig, handler in saved.items():
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(sig)
-                if handler is not None:
-                    signal.signal(sig, handler)
+    def _release_log(self) -> None:
+        if self._log is not None and self._log in logging.getLogger("tidings").handlers:
+            _release(self._log)
 
 
 @contextlib.asynccontextmanager

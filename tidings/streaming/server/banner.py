@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import urllib.parse
+from typing import Any
 
 from .options import StreamingOptions
 
@@ -65,3 +66,13 @@ def log_banner(opts: StreamingOptions, monitoring: str) -> None:
         log.info("  FT group:      %s (standby until the group's active server stops)",
                  opts.ft_group)
     log.info("  Monitoring:    %s", monitoring)
+
+
+def log_embedded_banner(opts: StreamingOptions, core: Any) -> None:
+    """The banner of the streaming server embedded in a core server whose options are
+    `core` (a ServerOptions): it is monitored on the core's -m (or -ms) port."""
+    if core.https_port and not core.http_port:
+        where = monitoring_url("https", core.host, core.https_port)
+    else:
+        where = monitoring_url("http", core.host, core.http_port)
+    log_banner(opts, where)

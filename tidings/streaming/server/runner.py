@@ -136,11 +136,8 @@ async def run_standalone(opts: StreamingOptions) -> None:
 
 
 async def start_embedded(core: Any, opts: StreamingOptions) -> RunningStreaming:
-    """Start streaming as a client of the in-process core server ``core`` (a Server).
-
-    Installs SIGINT/SIGTERM handlers that stop streaming first (its last group commit, the
-    store closed cleanly), then the core server.
-    """
+    """Start streaming as a client of the in-process core server ``core`` (a Server),
+    joined to it in memory (node.py runs it, and stops it before the core)."""
     if opts.ft_group:
         raise ValueError("ft: --ft_group is supported by `tidings streaming --nats URL` only")
     copts = core.options
@@ -156,24 +153,4 @@ async def start_embedded(core: Any, opts: StreamingOptions) -> RunningStreaming:
         from .monitor import routes
 
         core.monitor_routes.update(routes(running.server))
-    loop = asyncio.get_running_loop()
-    stopping = False
-
-    def on_signal() -> None:
-        nonlocal stopping
-        if stopping:
-            return
-        stopping = True
-
-        async def stop() -> None:
-            try:
-                await running.stop()
-            finally:
-                core.request_stop()
-
-        loop.create_task(stop())
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, on_signal)
     return running

@@ -1,0 +1,115 @@
+"""The ports of a server, each one `Listener`: the client port, the monitoring port, and what
+is plugged in beside them (the cluster's route port, the WebSocket port). The server starts
+them in order, stops accepting on all of them at shutdown and in lame duck mode, and releases
+them, without knowing which kinds it has (`server/` does not import `cluster/`: `node.py`
+plugs the cluster in).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..oserrors import listen_error
+
+if TYPE_CHECKING:
+    from .client import ClientConnection
+    from .server import Server
+
+log = logging.getLogger("tidings.server")
+
+
+class Listener:
+    """What the server asks of each of its ports."""
+
+    # Released before the clients are closed at shutdown (routes, monitoring), instead of
+    # after them (the ports clients come through).
+    stops_before_clients = False
+
+    async def start(self) -> None:
+        """Listen; a failure is an OSError naming this listener and its address."""
+
+    def close(self) -> None:
+        """Accept nothing new (the first step of shutdown)."""
+
+    def lame_duck(self) -> None:
+        """Lame duck mode has begun: clients go elsewhere (stop accepting them, or tell
+        the peers that we are leaving)."""
+
+    async def stop(self) -> None:
+        """Release the port and what it still holds."""
+
+
+class ClientPort(Listener):
+    """The client port: plain TCP, or TLS (tls_session.py)."""
+
+    def __init__(self, server: Server, kind: type[ClientConnection]) -> None:
+        self.server = server
+        self.kind = kind
+        self._listener: Any = None
+
+    async def start(self) -> None:
+        server, kind = self.server, self.kind
+        opts = server.options
+        try:
+            if opts.tls is not None:
+                from .tls_session import TLSListener, client_greeter
+
+                self._listener = await TLSListener(
+                    server.tls_context, opts.tls.timeout,
+                    client_greeter(server, lambda: kind(server)),
+                ).start(opts.host, opts.port)
+            else:
+                self._listener = await server.loop.create_server(
+                    lambda: kind(server), opts.host, opts.port, reuse_address=True,
+                    backlog=4096,
+                )
+        except OSError as exc:
+            # As the reference words it (each listener names itself).
+            raise listen_error("error listening on port", opts.host, opts.port, exc) from exc
+        server.port = self._listener.sockets[0].getsockname()[1]
+        server.build_info()
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+
+    lame_duck = close
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            await self._listener.wait_closed()
+            self._listener = None
+
+
+class MonitorPort(Listener):
+    """-m / -ms / `http` / `https`: the monitoring endpoints (monitor.py), on `http: HOST`
+    or the client host."""
+
+    stops_before_clients = True
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    async def start(self) -> None:
+        from .monitor import Monitor
+
+        server = self.server
+        opts = server.options
+        monitor = Monitor(server)
+        secure = not opts.http_port  # -ms: HTTPS with the client listener's certificate
+        port = opts.http_port or opts.https_port
+        host = opts.http_host or opts.host
+        try:
+            await monitor.start(host, port, secure=secure)
+        except OSError as exc:
+            raise listen_error("can't start monitoring: can't listen to the "
+                               f"{'https ' if secure else ''}monitor port", host, port,
+                               exc) from exc
+        server.monitor = monitor
+        log.info("Starting %s monitor on %s:%d", "https" if secure else "http", host, port)
+
+    async def stop(self) -> None:
+        if self.server.monitor is not None:
+            await self.server.monitor.stop()
