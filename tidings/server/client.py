@@ -28,8 +28,8 @@ from .options import MAX_PAYLOAD_LIMIT
 from .sublist import EMPTY_RESULT, Subscription
 
 if TYPE_CHECKING:
+    from .msgtrace import MsgTrace
     from .server import Server
-    from .tracing import MsgTrace
 
 log = logging.getLogger("tidings.server")
 
@@ -416,7 +416,7 @@ class ClientConnection(Connection):
             # As the reference, the trace (and the right to publish to its destination) is
             # settled before the subject's permission. Only messages that ask for tracing
             # pay for it.
-            from .tracing import start_trace
+            from .msgtrace import start_trace
 
             traced = start_trace(self, subject, hdr_len, data)
             if traced is None:
@@ -441,7 +441,7 @@ class ClientConnection(Connection):
 
     def on_hpub_too_big(self, subject: bytes, hdr: bytes, size: int) -> None:
         if hdr.find(b"Nats-Trace-Dest") >= 0:
-            from .tracing import trace_refused
+            from .msgtrace import trace_refused
 
             trace_refused(self, subject, hdr, size, "maximum payload exceeded")
 

@@ -27,7 +27,7 @@ from .sublist import Sublist, Subscription
 
 if TYPE_CHECKING:
     from .monitor import Monitor
-    from .tracing import MsgTrace
+    from .msgtrace import MsgTrace
     from .websocket import WebSocketListener
 
 log = logging.getLogger("tidings.server")
@@ -67,7 +67,7 @@ class Server:
         self._cid = 0
         self.turns: LoopTurns = None  # type: ignore[assignment]  # set by start()
         self._qseq = 0
-        self.trace_seq = 0  # sequence number of the trace events we sent (tracing.py)
+        self.trace_seq = 0  # sequence number of the trace events we sent (msgtrace.py)
         self.deliver = self._deliver  # bound once: route() runs per message
         # The cluster's routes (cluster.Cluster, plugged in by node.py; server/ does not
         # import cluster/), when clustered.
@@ -459,7 +459,7 @@ class Server:
 
         `plain_frame` is the message as MSG without headers, for receivers that did not
         announce header support (None when `frame` has no headers). A traced message is
-        delivered through `trace`, which records each egress (see tracing.py). `pub` is
+        delivered through `trace`, which records each egress (see msgtrace.py). `pub` is
         None for the server's own messages (trace events).
         """
         deliver = self.deliver if trace is None else trace.deliver

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tidings.server.tracing import disable_trace, go_time, trace_headers
+from tidings.server.msgtrace import disable_trace, go_time, trace_headers
 
 NS = 1_700_000_000_123_456_000  # 2023-11-14T22:13:20.123456Z
 

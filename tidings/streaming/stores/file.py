@@ -42,7 +42,7 @@ from .base import (
     StoreWriteError,
     SubRecord,
 )
-from .core import Channel, CoreStore, MsgLog
+from .common import Channel, CoreStore, MsgLog
 from .lockfile import lock_store, unlock_store
 from .recordlog import RecordLog, fsync_dir, write_all
 from .segments import FileMsgLog

@@ -5,7 +5,7 @@ from __future__ import annotations
 from operator import itemgetter
 
 from .base import MsgRecord, StoreLimits
-from .core import Channel, CoreStore, MsgLog
+from .common import Channel, CoreStore, MsgLog
 
 # Records are kept as plain tuples, sealed in tuples of CHUNK: the garbage collector stops
 # tracking a tuple of plain values (never a MsgRecord, a tuple subclass), so a full

@@ -24,7 +24,7 @@ from pathlib import Path
 from zlib import crc32
 
 from .base import CorruptStoreError, MsgRecord
-from .core import IndexedMsgLog
+from .common import IndexedMsgLog
 from .recordlog import fsync_dir, write_all
 
 DAT_MAGIC = b"TDMSGS01"

@@ -39,7 +39,7 @@ from .base import (
     StoreWriteError,
     SubRecord,
 )
-from .core import Channel, CoreStore, IndexedMsgLog, MsgLog
+from .common import Channel, CoreStore, IndexedMsgLog, MsgLog
 from .lockfile import lock_store, unlock_store
 from .pglink import PgLink, PgLockedError, one_line
 
