@@ -67,7 +67,7 @@ class Node:
         from .streaming.server.banner import log_embedded_banner
 
         sopts = replace(self.streaming_options)
-        log_embedded_banner(sopts, core.options)
+        log_embedded_banner(sopts, core.options, core.monitor.port if core.monitor else 0)
         # The streaming modules load in a thread: the core serves its first clients meanwhile
         # instead of waiting for the imports.
         await asyncio.to_thread(importlib.import_module, "tidings.streaming.server.runner")

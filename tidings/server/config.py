@@ -156,14 +156,21 @@ def _port(value: Any) -> int:
     return max(port, 0)
 
 
-def _host_port(text: Any, default_host: str = "0.0.0.0") -> tuple[str, int]:
+def _monitor_port(value: Any) -> int:
+    """A monitoring port: as `_port`, but -1 (any free port) is kept, 0 being off."""
+    port = _int(value)
+    return -1 if port == -1 else _port(port)
+
+
+def _host_port(text: Any, default_host: str = "0.0.0.0",
+               port_of: Callable[[Any], int] = _port) -> tuple[str, int]:
     text = str(text)
     host, sep, port = text.rpartition(":")
     if not sep or not port.lstrip("-").isdigit():
         raise ValueError(f"could not parse address string {text!r}")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]  # [::1]:4222
-    return host or default_host, _port(int(port))
+    return host or default_host, port_of(int(port))
 
 
 def _listen(changes: dict[str, Any], value: Any) -> None:
@@ -176,9 +183,9 @@ def _monitor(port_field: str) -> Handler:
 
     def handle(changes: dict[str, Any], value: Any) -> None:
         if isinstance(value, int) and not isinstance(value, bool):
-            changes[port_field] = _port(value)
+            changes[port_field] = _monitor_port(value)
             return
-        host, changes[port_field] = _host_port(value, "")
+        host, changes[port_field] = _host_port(value, "", _monitor_port)
         if host:
             changes["http_host"] = host
 
@@ -258,12 +265,12 @@ _KEYS: dict[str, Handler] = {
     "server_name": _to("name", _str),
     "client_advertise": _to("client_advertise", _str),
     "http": _monitor("http_port"),
-    "http_port": _to("http_port", _port),
+    "http_port": _to("http_port", _monitor_port),
     "https": _monitor("https_port"),
-    "https_port": _to("https_port", _port),
+    "https_port": _to("https_port", _monitor_port),
     "tls": _tls,
     "allow_non_tls": _to("allow_non_tls", _bool),
-    "monitor_port": _to("http_port", _port),
+    "monitor_port": _to("http_port", _monitor_port),
     "max_payload": _to("max_payload", _size),
     "max_control_line": _to("max_control_line", _size),
     "max_pending": _to("max_pending", _size),

@@ -108,7 +108,9 @@ class MonitorPort(Listener):
                                f"{'https ' if secure else ''}monitor port", host, port,
                                exc) from exc
         server.monitor = monitor
-        log.info("Starting %s monitor on %s:%d", "https" if secure else "http", host, port)
+        # The port it got (-1 asks for any free one), as the reference logs it.
+        log.info("Starting %s monitor on %s:%d", "https" if secure else "http", host,
+                 monitor.port)
 
     async def stop(self) -> None:
         if self.server.monitor is not None:

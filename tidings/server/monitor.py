@@ -57,10 +57,13 @@ class Monitor:
         self.requests: dict[str, int] = {}
         self._runner: web.AppRunner | None = None
         self._cpu = (time.monotonic(), time.process_time())
+        self.port = 0  # the port it listens on, once started
+        self.secure = False
 
     async def start(self, host: str, port: int, secure: bool = False) -> None:
-        """Serve the endpoints on host:port; `secure`: over TLS (-ms, the server's
-        certificate, no client certificate asked for)."""
+        """Serve the endpoints on host:port (-1: any free port, as the reference's
+        RANDOM_PORT); `secure`: over TLS (-ms, the server's certificate, no client
+        certificate asked for)."""
         context = None
         if secure and self.server.options.tls is not None:
             from .tls import monitor_context
@@ -73,8 +76,9 @@ class Monitor:
         app.router.add_get("/streaming{rest:.*}", self.extra)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, host, port, reuse_address=True,
+        await web.TCPSite(self._runner, host, max(port, 0), reuse_address=True,
                           ssl_context=context).start()
+        self.port, self.secure = self._runner.addresses[0][1], secure
 
     async def stop(self) -> None:
         if self._runner is not None:

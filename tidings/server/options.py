@@ -111,6 +111,12 @@ def port_number(text: str) -> int:
     return max(port, 0)
 
 
+def monitor_port_number(text: str) -> int:
+    """A monitoring port for argparse: 0 (off) to 65535, and -1 for any free port (kept:
+    the listener binds port 0 and logs the port it got, as the reference does)."""
+    return -1 if text.strip() == "-1" else port_number(text)
+
+
 def route_list(text: str) -> list[str]:
     """Comma-separated route URLs, for argparse; each must name a host and a port."""
     from ..cluster.cluster import RouteURL
@@ -144,9 +150,10 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     add("-p", "--port", type=port_number,
         help=f"port for clients; 0 or -1 picks a free port (default {d.port})")
     add("-n", "--name", "--server_name", dest="name", help="server name (default: the server id)")
-    add("-m", "--http_port", type=port_number, help="HTTP port for monitoring")
-    add("-ms", "--https_port", type=port_number,
-        help="HTTPS port for monitoring (with the client TLS certificate)")
+    add("-m", "--http_port", type=monitor_port_number,
+        help="HTTP port for monitoring (-1: any free port)")
+    add("-ms", "--https_port", type=monitor_port_number,
+        help="HTTPS port for monitoring (with the client TLS certificate; -1: any free port)")
     add("-c", "--config", default="", metavar="FILE", help="configuration file")
     add("-t", dest="test_config", action="store_true",
         help="test the configuration file and exit")

@@ -402,3 +402,24 @@ def test_varz_counts_stale_connections(tmp_path: Path) -> None:
         finally:
             proc.terminate()
             proc.wait(10)
+
+
+@pytest.mark.parametrize("how", ["-m -1", "http: -1", "http: HOST:-1", "http_port: -1"])
+def test_a_monitor_port_of_minus_one_is_any_free_port(how: str) -> None:
+    """-m -1 (and -1 as the file's http port) serves monitoring on a free port, the one the
+    log names ("Starting http monitor on HOST:PORT"), as the reference's RANDOM_PORT does;
+    /varz says http_port -1 on both."""
+    from tests.harness import start_configured
+
+    conf = "" if how.startswith("-m") else how.replace("HOST", "127.0.0.1") + "\n"
+    args = how.split() if how.startswith("-m") else []
+    for kind in ("tidings", "reference"):
+        server = start_configured(kind, conf, extra_args=args, streaming=False)
+        try:
+            http = server.ports.get("http")
+            assert http, (kind, server.log())
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}/varz", timeout=10) as r:
+                varz = json.loads(r.read())
+            assert (varz["port"], varz["http_port"]) == (server.port, -1), kind
+        finally:
+            server.stop()
