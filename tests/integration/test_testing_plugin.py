@@ -358,6 +358,50 @@ def test_a_cluster_from_the_factory(pytester: pytest.Pytester) -> None:
     run(pytester).assert_outcomes(passed=2)
 
 
+def test_ports_are_read_back_and_kept_on_restart(pytester: pytest.Pytester) -> None:
+    """A server asked for a route listener and monitoring on any free port (`cluster=True`,
+    `http_port=-1`) names the ports it got in `.ports` (a subprocess's read from its log);
+    `cluster_url` has the route port, and a restart keeps the client and route ports."""
+    project(pytester, """
+        import asyncio
+        import json
+        import urllib.request
+
+        import pytest
+
+
+        def varz(port):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/varz", timeout=10) as r:
+                return json.loads(r.read())
+
+
+        def check(srv, got=None):
+            ports = srv.ports
+            assert ports["client"] == srv.port
+            assert ports["route"] > 0 and srv.cluster_url.endswith(f":{ports['route']}")
+            assert (got or varz(ports["http"]))["port"] == srv.port
+            return ports
+
+
+        @pytest.mark.tidings(cluster=True, http_port=-1)
+        async def test_in_process(nats_server):
+            # (the server runs on this loop: the HTTP call runs in a thread)
+            before = check(nats_server, await asyncio.to_thread(varz, nats_server.ports["http"]))
+            await nats_server.restart()
+            after = check(nats_server, await asyncio.to_thread(varz, nats_server.ports["http"]))
+            assert (after["client"], after["route"]) == (before["client"], before["route"])
+
+
+        @pytest.mark.tidings(cluster=True, http_port=-1)
+        def test_subprocess(nats_server):
+            before = check(nats_server)
+            nats_server.restart()
+            after = check(nats_server)
+            assert after == before
+    """)
+    run(pytester).assert_outcomes(passed=2)
+
+
 def test_failure_shows_the_server_log(pytester: pytest.Pytester) -> None:
     project(pytester, """
         def test_fails(nats_server):

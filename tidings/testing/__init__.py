@@ -20,7 +20,6 @@ _WHERE = {
     "SubprocessServer": ".process",
     "start_server": ".process",
     "ServerSpec": ".spec",
-    "free_port": ".spec",
 }
 
 __all__ = sorted(_WHERE)

@@ -104,8 +104,30 @@ class InProcessServer(ServerHandle):
             raise
         self.node = node
         self._port = node.server.port
+        if node.server.cluster is not None:  # a restart listens where this start did
+            from .process import with_port
+
+            self.options.cluster = with_port(str(self.options.cluster),
+                                             node.server.cluster.port)
         self.starts += 1
         return self
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """The ports it listens on: "client", and "route", "websocket", "http", "https"
+        when it has those listeners (while it runs)."""
+        core = self.core
+        if core is None:
+            return {}
+        ports = {"client": core.port}
+        if core.cluster is not None:
+            ports["route"] = core.cluster.port
+        if core.monitor is not None:
+            ports["https" if core.monitor.secure else "http"] = core.monitor.port
+        for listener in core.listeners:
+            if type(listener).__name__ == "WebSocketListener":
+                ports["websocket"] = listener.port
+        return ports
 
     async def stop(self) -> None:
         """Stop streaming (its store closed cleanly), then the core server. Idempotent."""

@@ -7,7 +7,6 @@ is built from. Nothing here imports the server until those two are called.
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,6 @@ from typing import Any
 # ServerOptions fields whose flag is not `--<field>`.
 _FLAGS = {"password": "--pass", "token": "--auth", "http_port": "--http_port"}
 _BOOL_FLAGS = {"debug": "-D", "trace": "-V", "no_advertise": "--no_advertise"}
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on now (for a route listener, which needs one up front)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -40,7 +32,7 @@ class ServerSpec:
     store: str = "file"  # streaming store: memory, file or sql (sqlite in store_dir)
     store_dir: str = ""  # set by the fixtures: a fresh temporary directory per server
     cluster_id: str = "test-cluster"
-    cluster: str | bool = ""  # route listener URL; True: nats://host:<a free port>
+    cluster: str | bool = ""  # route listener URL; True: nats://host:0 (a port of its own)
     routes: list[Any] = field(default_factory=list)  # URLs, or servers (their cluster_url)
     cluster_name: str = ""
     name: str = ""
@@ -55,7 +47,7 @@ class ServerSpec:
         spec = cls(**{k: v for k, v in kwargs.items() if k in known})
         spec.extra = {k: v for k, v in kwargs.items() if k not in known}
         if spec.cluster is True:
-            spec.cluster = f"nats://{spec.host}:{free_port(spec.host)}"
+            spec.cluster = f"nats://{spec.host}:0"  # the port read back once it listens
         return spec
 
     @property
@@ -162,7 +154,14 @@ class ServerHandle:
 
     @property
     def cluster_url(self) -> str:
+        """The route listener's URL (with the port it got, once started)."""
         return str(self.options.cluster or "")
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """The ports it listens on: "client", and "route", "websocket", "http", "https"
+        when it has those listeners."""
+        return {"client": self.port} if self.starts else {}
 
     @property
     def cluster_id(self) -> str:

@@ -1,0 +1,32 @@
+"""The test harness: one way to start servers, one proxy, one set of waits.
+
+- servers.py: tidings (through `tidings.testing`) and the reference nats-server, each on
+  ports of its own read back from its log; `start_tidings`, `start_reference`,
+  `start_configured`;
+- processes.py: other commands, logged and watched the same way (`Process`);
+- proxy.py: the TCP proxy with freeze, thaw and drop;
+- waits.py: `wait_until`, `eventually`, `wait_listening` (log lines: `wait_for_log`);
+- ports.py: `refused_port`, a port that refuses connections;
+- fixtures.py: the fixtures (tidings_factory, reference_factory, any_server,
+  proxy_factory, refused_port, ...), loaded by tests/conftest.py.
+"""
+
+from .ports import refused_port
+from .processes import Process, stop_process, tidings_command
+from .proxy import Proxy
+from .servers import (
+    ReferenceServer,
+    Server,
+    TidingsServer,
+    nats_server_binary,
+    start_configured,
+    start_reference,
+    start_tidings,
+    workdir,
+)
+from .waits import eventually, wait_listening, wait_until
+
+__all__ = ["Process", "Proxy", "ReferenceServer", "Server", "TidingsServer", "eventually",
+           "nats_server_binary", "refused_port", "start_configured", "start_reference",
+           "start_tidings", "stop_process", "tidings_command", "wait_listening", "wait_until",
+           "workdir"]
