@@ -5,14 +5,21 @@
   `start_configured`;
 - processes.py: other commands, logged and watched the same way (`Process`);
 - proxy.py: the TCP proxy with freeze, thaw and drop;
-- waits.py: `wait_until`, `eventually`, `wait_listening` (log lines: `wait_for_log`);
+- waits.py: `wait_until`, `eventually`, `wait_listening`, `wait_for_file_line` (a
+  server's own log lines: `server.wait_for_log`, `Process.wait_for`);
 - ports.py: `refused_port`, a port that refuses connections;
 - fixtures.py: the fixtures (tidings_factory, reference_factory, any_server,
   proxy_factory, refused_port, ...), loaded by tests/conftest.py.
 """
 
 from .ports import refused_port
-from .processes import Process, stop_process, tidings_command
+from .processes import (
+    Process,
+    server_command,
+    start_server_process,
+    stop_process,
+    tidings_command,
+)
 from .proxy import Proxy
 from .servers import (
     ReferenceServer,
@@ -24,9 +31,9 @@ from .servers import (
     start_tidings,
     workdir,
 )
-from .waits import eventually, wait_listening, wait_until
+from .waits import eventually, wait_for_file_line, wait_listening, wait_until
 
 __all__ = ["Process", "Proxy", "ReferenceServer", "Server", "TidingsServer", "eventually",
-           "nats_server_binary", "refused_port", "start_configured", "start_reference",
-           "start_tidings", "stop_process", "tidings_command", "wait_listening", "wait_until",
-           "workdir"]
+           "nats_server_binary", "refused_port", "server_command", "start_configured",
+           "start_reference", "start_server_process", "start_tidings", "stop_process", "tidings_command", "wait_for_file_line",
+           "wait_listening", "wait_until", "workdir"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from tidings.testing.process import ProcessLog
 
-from .servers import workdir
+from .servers import CLUSTER_BLOCK, nats_server_binary, workdir
 
 STOP_GRACE = 10.0
 
@@ -33,6 +33,14 @@ def stop_process(proc: subprocess.Popen[Any], grace: float = STOP_GRACE) -> None
 def tidings_command(*args: str) -> list[str]:
     """`python -m tidings ARGS...` with this interpreter."""
     return [sys.executable, "-m", "tidings", *args]
+
+
+def server_command(kind: str, *args: str, streaming: bool = False) -> list[str]:
+    """The command line of a server of `kind` ("tidings" or "reference") with `args`
+    exactly (tidings without its embedded streaming unless `streaming`)."""
+    if kind == "reference":
+        return [nats_server_binary(), *args]
+    return tidings_command("server", *([] if streaming else ["--no_streaming"]), *args)
 
 
 class Process:
@@ -74,8 +82,11 @@ class Process:
     def mark(self) -> int:
         return self.log.mark()
 
-    def wait_for(self, pattern: str, timeout: float = 20.0, since: int = 0) -> re.Match[str]:
-        return self.log.wait_for(pattern, timeout, since)
+    def wait_for(self, pattern: str, timeout: float = 20.0, since: int = 0,
+                 count: int = 1) -> re.Match[str]:
+        """The first line (from line `since`; the count-th with `count`) matching the
+        regular expression `pattern`, once written."""
+        return self.log.wait_for(pattern, timeout, since, count)
 
     def wait(self, timeout: float = STOP_GRACE) -> int:
         """Until it exits (its output read to the end): its exit code."""
@@ -93,3 +104,30 @@ class Process:
         if self.proc.poll() is None:
             self.proc.kill()
         self.wait()
+
+
+def _clustered(args: Sequence[str]) -> bool:
+    """Whether a server with `args` has a route listener (a flag, or its -c file's
+    `cluster` block)."""
+    if any(a.lstrip("-") in ("cluster", "routes") for a in args):
+        return True
+    for flag, value in zip(args, args[1:], strict=False):
+        if flag in ("-c", "--config") and CLUSTER_BLOCK.search(Path(value).read_text()):
+            return True
+    return False
+
+
+def start_server_process(kind: str, *args: str, streaming: bool = False,
+                         timeout: float = 20.0) -> Process:
+    """A server of `kind` started with `args` exactly (a configuration file naming its
+    own addresses, flags no ServerSpec has), once its log says it is ready, and its route
+    listener too when it has one (the reference opens it after): `.ports` has them."""
+    proc = Process(server_command(kind, *args, streaming=streaming), kind=kind)
+    try:
+        proc.wait_for("Server is ready", timeout)
+        if kind == "reference" and _clustered(args):
+            proc.wait_for("Listening for route connections", timeout)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc

@@ -26,7 +26,7 @@ from tidings.testing.spec import ServerSpec
 
 Server = SubprocessServer  # what a test holds: tidings or the reference (`.kind`)
 
-_CLUSTER_BLOCK = re.compile(r"(?m)^\s*cluster\s*[{:=]")
+CLUSTER_BLOCK = re.compile(r"(?m)^\s*cluster\s*[{:=]")
 _base: list[Path] = []
 
 
@@ -125,7 +125,7 @@ class ReferenceServer(SubprocessServer):
         args = self.options.args
         return bool(self.options.cluster or "--cluster" in args or "-cluster" in args
                     or "--routes" in args or "-routes" in args
-                    or _CLUSTER_BLOCK.search(Path(self.config_path).read_text()))
+                    or CLUSTER_BLOCK.search(Path(self.config_path).read_text()))
 
 
 def _spec(port: int | None, extra_args: list[str] | None, streaming: bool,
@@ -159,15 +159,16 @@ def start_reference(port: int | None = None, extra_args: list[str] | None = None
 
 
 def start_configured(kind: str, conf_text: str, extra_args: list[str] | None = None,
-                     port: int | None = None, streaming: bool = True) -> Server:
+                     port: int | None = None, streaming: bool = True,
+                     **options: Any) -> Server:
     """tidings or the reference ("tidings" | "reference") on a configuration file holding
     `conf_text`, on 127.0.0.1 and a port of its own (`-a` and `-p` override the file's
     `listen`). tidings starts as a user starts it, with its embedded streaming server
     (`streaming=False` only where a test is about something that streaming would
-    disturb)."""
+    disturb). `options`: as start_tidings' (cluster=True, routes=[server], ...)."""
     if kind == "reference":
-        return start_reference(port, extra_args, config=conf_text)
-    return start_tidings(port, extra_args, streaming=streaming, config=conf_text)
+        return start_reference(port, extra_args, config=conf_text, **options)
+    return start_tidings(port, extra_args, streaming=streaming, config=conf_text, **options)
 
 
 __all__ = ["ReferenceServer", "Server", "TidingsServer", "nats_server_binary",

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import re
 import socket
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 INTERVAL = 0.02
@@ -64,3 +66,22 @@ def wait_listening(port: int, host: str = "127.0.0.1", timeout: float = 15.0,
             return False
 
     wait_until(accepts, timeout, f"a listener on {host}:{port}")
+
+
+def wait_for_file_line(path: str | Path, pattern: str, timeout: float = 20.0,
+                       proc: subprocess.Popen[Any] | None = None) -> re.Match[str]:
+    """The first match of `pattern` in a file another program writes (a server's `-l` log
+    file: no pipe to watch, so this polls), once written. Fails at once if `proc` exits."""
+    regex = re.compile(pattern)
+
+    def found() -> re.Match[str] | None:
+        try:
+            match = regex.search(Path(path).read_text(errors="replace"))
+        except FileNotFoundError:
+            match = None
+        if match is None and proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the process exited with {proc.returncode} before "
+                               f"{pattern!r} was in {path}")
+        return match
+
+    return wait_until(found, timeout, f"{pattern!r} in {path}")  # type: ignore[no-any-return]

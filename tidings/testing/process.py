@@ -37,6 +37,15 @@ STOP_TIMEOUT = 10.0
 _live: weakref.WeakSet[SubprocessServer] = weakref.WeakSet()
 
 
+def ports_in(text: str) -> dict[str, int]:
+    """The ports a server's log names, by listener ("client", "route", "websocket",
+    "http", "https"): the first of each."""
+    ports: dict[str, int] = {}
+    for m in _ADDRESS.finditer(text):
+        ports.setdefault(m.group(1) or m.group(2), int(m.group(4)))
+    return ports
+
+
 class ProcessLog:
     """What a process writes to a pipe: kept in a file and in memory, read by a thread.
 
@@ -90,17 +99,20 @@ class ProcessLog:
             return result
 
     def wait_for(self, pattern: str | re.Pattern[str], timeout: float = START_TIMEOUT,
-                 since: int = 0) -> re.Match[str]:
+                 since: int = 0, count: int = 1) -> re.Match[str]:
         """The first line from line `since` on that matches `pattern` (a regular
-        expression), once written; TimeoutError if none comes."""
+        expression), once written (with `count`, the count-th such line); TimeoutError if
+        none comes."""
         regex = re.compile(pattern)
-        seen = [since]
+        seen = [since, 0]  # the next line to look at, the matches before it
 
         def found() -> re.Match[str] | None:
             for i in range(seen[0], len(self.lines)):
+                seen[0] = i + 1
                 if m := regex.search(self.lines[i]):
-                    return m
-            seen[0] = len(self.lines)
+                    seen[1] += 1
+                    if seen[1] >= count:
+                        return m
             return None
 
         match = self.wait(found, timeout)
