@@ -109,6 +109,21 @@ class Node:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
+        # Handled from before the start, as the reference's: a signal sent once the server
+        # says it is ready (or while it starts) acts, on the server once it has started.
+        pending: list[Callable[[Server], None]] = []
+
+        def deliver(action: Callable[[Server], None]) -> None:
+            if self.server is not None:
+                action(self.server)
+            else:
+                pending.append(action)
+
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGUSR2, deliver, Server.enter_lame_duck)
+            if reload_options is not None:
+                loop.add_signal_handler(signal.SIGHUP, deliver,
+                                        lambda server: server.reload_with(reload_options))
         starting = loop.create_task(self.start())
         if not await _first(starting, stop):
             starting.cancel()
@@ -118,10 +133,8 @@ class Node:
             log.info("Server Exiting..")
             return
         server = starting.result()
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGUSR2, server.enter_lame_duck)
-            if reload_options is not None:
-                loop.add_signal_handler(signal.SIGHUP, server.reload_with, reload_options)
+        for action in pending:
+            action(server)
         try:
             await _first(loop.create_task(server.serve_forever()), stop)
         finally:

@@ -6,7 +6,7 @@ without dropping connections. Clients that no longer authenticate are closed."""
 from __future__ import annotations
 
 import logging
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.errors import AUTHORIZATION_VIOLATION
@@ -33,12 +33,17 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
     """Apply `new` to a running server; the names of what changed. ValueError when a field
     that cannot change did (nothing is applied then)."""
     old = server.options
+    if new.port in (0, server.port):
+        # Any port (0 or -1), or the one a start on any port got: the port it listens on,
+        # as the reference keeps the resolved port for a RANDOM_PORT.
+        new = replace(new, port=old.port)
     changed = [f.name for f in fields(new)
                if f.name not in IGNORED and getattr(old, f.name) != getattr(new, f.name)]
     for name in changed:
         if name in FIXED:
+            was = server.port if name == "port" else getattr(old, name)
             raise ValueError(f"config reload not supported for {FIXED[name]}: "
-                             f"old={_go(_shown_value(name, getattr(old, name)))}, "
+                             f"old={_go(_shown_value(name, was))}, "
                              f"new={_go(_shown_value(name, getattr(new, name)))}")
         if name.startswith("cluster") or name in ("routes", "no_advertise"):
             raise ValueError(f"config reload not supported for cluster {name}")
@@ -60,9 +65,12 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
         log.info("Reloaded: %s", _shown(name, getattr(new, name)))
     if tls_context is not None:
         server.tls_context = tls_context
-        listener: Any = server._listener
-        if listener is not None and hasattr(listener, "context"):
-            listener.context = tls_context  # new handshakes take the new certificate
+        from .listeners import ClientPort
+
+        for port in server.listeners:
+            listener: Any = getattr(port, "_listener", None)
+            if isinstance(port, ClientPort) and hasattr(listener, "context"):
+                listener.context = tls_context  # new handshakes take the new certificate
     if {"max_payload", "max_control_line"} & set(changed):
         for client in server.clients.values():
             client.parser.max_payload = new.max_payload

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
+import re
 import socket
 import ssl
 import subprocess
@@ -30,7 +32,7 @@ import trustme
 
 import tidings.client
 from tests.certs import Certs, make_certs, tls_block
-from tests.servers import free_port, nats_server_binary, stop_process, wait_listening
+from tests.harness import Process, nats_server_binary, start_server_process
 
 from .rawnats import RawConn
 
@@ -47,12 +49,25 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 @dataclass
 class Running:
     kind: str
-    port: int
-    proc: subprocess.Popen[bytes]
-    log: Path
+    process: Process
+    conf: Path
+
+    @property
+    def port(self) -> int:
+        return self.process.ports["client"]
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        return self.process.proc
 
     def log_text(self) -> str:
-        return self.log.read_text(errors="replace")
+        return self.process.text()
+
+    def signal_logged(self, sig: int, text: str) -> None:
+        """Send `sig`, then wait until `text` is logged."""
+        since = self.process.mark()
+        self.proc.send_signal(sig)
+        self.process.wait_for(re.escape(text), 10, since=since)
 
 
 def command(kind: str, conf: Path, *flags: str) -> list[str]:
@@ -63,42 +78,20 @@ def command(kind: str, conf: Path, *flags: str) -> list[str]:
     return [nats_server_binary(), "-c", str(conf), *flags]
 
 
-def wait_ready(port: int, proc: subprocess.Popen[bytes], first: ssl.SSLContext | None) -> None:
-    """Until the server answers with INFO: in the clear, or over TLS when it has TLS first
-    (`first`: the context to connect with)."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-                if first is None:
-                    if s.recv(4096).startswith(b"INFO"):
-                        return
-                else:
-                    with first.wrap_socket(s, server_hostname="127.0.0.1") as t:
-                        if t.recv(4096).startswith(b"INFO"):
-                            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"server on port {port} did not start")
+_names = itertools.count()
 
 
 @contextlib.contextmanager
-def running(kind: str, tmp_path: Path, body: str, *flags: str,
-            first: ssl.SSLContext | None = None, port: int | None = None) -> Iterator[Running]:
-    """A server of `kind` on a configuration file of `body` (its listen line added)."""
-    port = port or free_port()
-    conf = tmp_path / f"{kind}-{port}.conf"
-    conf.write_text(f"listen: 127.0.0.1:{port}\n{body}")
-    log = tmp_path / f"{kind}-{port}.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(command(kind, conf, *flags), stdout=out, stderr=out)
+def running(kind: str, tmp_path: Path, body: str, *flags: str) -> Iterator[Running]:
+    """A server of `kind` on a configuration file of `body` (its listen line added: any
+    port), once its log says it is ready (whether its clients start with TLS or not)."""
+    conf = tmp_path / f"{kind}-{next(_names)}.conf"
+    conf.write_text(f"listen: 127.0.0.1:-1\n{body}")
+    process = start_server_process(kind, "-c", str(conf), *flags, streaming=True)
     try:
-        wait_ready(port, proc, first)
-        yield Running(kind, port, proc, log)
+        yield Running(kind, process, conf)
     finally:
-        stop_process(proc)
+        process.stop()
 
 
 def raw_info(port: int) -> tuple[bytes, dict]:
@@ -159,7 +152,7 @@ async def test_tls_first(kind: str, certs: Certs, tmp_path: Path) -> None:
     """handshake_first: TLS at once, INFO over TLS; a client waiting for INFO in the clear
     gets nothing and is closed after the TLS timeout."""
     body = tls_block(certs, "  handshake_first: true\n  timeout: 1\n")
-    with running(kind, tmp_path, body, first=certs.context()) as server:
+    with running(kind, tmp_path, body) as server:
         assert await natspy_roundtrip(server.port, certs.context(), first=True) == b"over tls"
         assert await tidings_roundtrip(server.port, certs.context(), first=True) == b"over tls"
         with RawConn(server.port, read_info=False) as plain:
@@ -192,10 +185,7 @@ async def test_client_certificates_required(kind: str, certs: Certs, tmp_path: P
             with pytest.raises(Exception):  # noqa: B017 - nats-py words it its own way
                 await natspy_roundtrip(server.port, refused)
         # The refusals are logged as errors: no certificate, one of another CA.
-        deadline = time.monotonic() + 5
-        while server.log_text().count("TLS handshake error") < 2 \
-                and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)  # the log file is written by another process
+        await asyncio.to_thread(server.process.wait_for, "TLS handshake error", 5, 0, 2)
         errors = [line for line in server.log_text().splitlines()
                   if "TLS handshake error" in line]
         assert len(errors) >= 2 and all("[ERR]" in line for line in errors), errors
@@ -212,10 +202,7 @@ def test_plain_client_on_a_tls_port_gets_what_the_reference_gives(certs: Certs,
             with RawConn(server.port) as conn:
                 conn.send(b'CONNECT {"verbose":false}\r\nPING\r\n')
                 answers[kind] = conn.read_to_eof()
-            deadline = time.monotonic() + 5
-            while "first record does not look like a TLS handshake" not in server.log_text():
-                assert time.monotonic() < deadline, server.log_text()
-                time.sleep(0.05)
+            server.process.wait_for("first record does not look like a TLS handshake", 5)
     assert answers["tidings"] == answers["reference"] == b""
 
 
@@ -262,20 +249,13 @@ async def test_stalled_handshake_is_closed_after_the_timeout(kind: str, certs: C
 def test_https_monitoring(kind: str, certs: Certs, tmp_path: Path) -> None:
     """/varz over HTTPS on https_port; with TLS the auth timeout defaults to the TLS
     timeout (2 s) and one second, as the reference's."""
-    https = free_port()
-    with running(kind, tmp_path, tls_block(certs) + f"https_port: {https}\n") as server:
+    with running(kind, tmp_path, tls_block(certs) + "https_port: -1\n") as server:
+        https = server.process.ports["https"]  # any free port: the one its log names
         url = f"https://127.0.0.1:{https}/varz"
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with urllib.request.urlopen(url, context=certs.context(), timeout=5) as resp:
-                    varz = json.loads(resp.read())
-                break
-            except OSError:
-                assert time.monotonic() < deadline and server.proc.poll() is None
-                time.sleep(0.05)  # the monitor may start just after the client port
+        with urllib.request.urlopen(url, context=certs.context(), timeout=5) as resp:
+            varz = json.loads(resp.read())
     assert varz["tls_required"] is True
-    assert varz["https_port"] == https
+    assert varz["https_port"] == -1  # as configured (the reference's too)
     assert (varz["auth_timeout"], varz["tls_timeout"]) == (3, 2)
     with pytest.raises(OSError):  # not plain HTTP
         urllib.request.urlopen(f"http://127.0.0.1:{https}/varz", timeout=5)
@@ -300,7 +280,7 @@ def test_configuration_errors_as_the_reference(case: str, expected: list[str], c
                                                tmp_path: Path) -> None:
     conf = tmp_path / "bad.conf"
     block = case.format(missing=tmp_path / "nope.pem", cert=certs.server, key=certs.server_key)
-    conf.write_text(f"listen: 127.0.0.1:{free_port()}\ntls {{\n{block}}}\n")
+    conf.write_text(f"listen: 127.0.0.1:-1\ntls {{\n{block}}}\n")
     for kind in KINDS:
         done = run_config(kind, conf)
         assert done.returncode == 1, (kind, done.stderr)
@@ -392,9 +372,10 @@ async def test_verify_and_map_names_are_those_the_reference_tries(tmp_path: Path
 
 
 # -- routes ----------------------------------------------------------------------------------------
-def cluster_body(certs: Certs, route_port: int, peer_port: int) -> str:
-    return (f"cluster {{\n  name: tls_cluster\n  listen: 127.0.0.1:{route_port}\n"
-            f'  routes: ["nats://127.0.0.1:{peer_port}"]\n'
+def cluster_body(certs: Certs, peer_port: int | None = None) -> str:
+    """A TLS cluster block listening on any port, routed to `peer_port` if given."""
+    routes = f'  routes: ["nats://127.0.0.1:{peer_port}"]\n' if peer_port else ""
+    return ("cluster {\n  name: tls_cluster\n  listen: 127.0.0.1:-1\n" + routes
             + "  " + tls_block(certs, "  timeout: 2\n").replace("\n", "\n  ") + "}\n")
 
 
@@ -424,12 +405,12 @@ async def test_routes_over_tls(peer: str, certs: Certs, tmp_path: Path) -> None:
     """A TLS cluster of tidings and `peer`: messages cross both ways; the route port speaks
     TLS first, with a verified client certificate, and its INFO says tls_required and
     tls_verify."""
-    r1, r2 = free_port(), free_port()
-    with running("tidings", tmp_path, cluster_body(certs, r1, r2)) as one, \
-            running(peer, tmp_path, cluster_body(certs, r2, r1)) as two:
+    # `peer` routes to tidings (a route carries both ways once made).
+    with running("tidings", tmp_path, cluster_body(certs)) as one, \
+            running(peer, tmp_path, cluster_body(certs, one.process.ports["route"])) as two:
         assert await message_crosses(one.port, two.port)
         assert await message_crosses(two.port, one.port)
-        for route_port in (r1, r2):
+        for route_port in (one.process.ports["route"], two.process.ports["route"]):
             with socket.create_connection(("127.0.0.1", route_port), timeout=5) as s:
                 with certs.context(client_cert=True).wrap_socket(
                         s, server_hostname="127.0.0.1") as t:
@@ -492,11 +473,8 @@ async def test_reload_takes_a_new_certificate(tmp_path: Path) -> None:
         before = await nats.connect(f"tls://127.0.0.1:{server.port}", tls=trusting_old,
                                     allow_reconnect=False)
         install(new_ca)
-        server.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 10
-        while "Reloaded server configuration" not in server.log_text():
-            assert time.monotonic() < deadline, server.log_text()
-            await asyncio.sleep(0.05)
+        await asyncio.to_thread(server.signal_logged, signal.SIGHUP,
+                                "Reloaded server configuration")
         assert await roundtrip(server.port, trusting_new) == b"over tls"
         with pytest.raises((ssl.SSLError, OSError, nats.errors.Error)):
             await roundtrip(server.port, trusting_old)
@@ -573,9 +551,9 @@ async def test_allow_non_tls_serves_tls_and_plain_clients(kind: str, certs: Cert
     CONNECT by the first byte. nats-py and tidings.client in the clear, tidings.client over
     TLS (it upgrades when INFO says tls_available), a raw socket each way; /connz shows
     which connection is TLS."""
-    monitor = free_port()
-    body = tls_block(certs) + NON_TLS + f"http_port: {monitor}\n"
+    body = tls_block(certs) + NON_TLS + "http_port: -1\n"
     with running(kind, tmp_path, body) as server:
+        monitor = server.process.ports["http"]
         nc = await nats.connect(f"nats://127.0.0.1:{server.port}", allow_reconnect=False)
         try:
             sub = await nc.subscribe("plain")
@@ -636,7 +614,7 @@ async def test_allow_non_tls_does_not_open_tls_first_only(kind: str, certs: Cert
     """handshake_first without a fall-back requires the handshake: allow_non_tls does not
     let a plain client in (it gets no INFO and is closed after the TLS timeout)."""
     body = tls_block(certs, "  handshake_first: true\n  timeout: 1\n") + NON_TLS
-    with running(kind, tmp_path, body, first=certs.context()) as server:
+    with running(kind, tmp_path, body) as server:
         assert await natspy_roundtrip(server.port, certs.context(), first=True) == b"over tls"
         with RawConn(server.port, read_info=False) as plain:
             plain.send(b'CONNECT {"verbose":false}\r\nPING\r\n')
@@ -646,7 +624,7 @@ async def test_allow_non_tls_does_not_open_tls_first_only(kind: str, certs: Cert
 def test_allow_non_tls_is_a_top_level_key(certs: Certs, tmp_path: Path) -> None:
     """Inside the tls block, allow_non_tls is an unknown field to both servers."""
     conf = tmp_path / "inside.conf"
-    conf.write_text(f"listen: 127.0.0.1:{free_port()}\n"
+    conf.write_text("listen: 127.0.0.1:-1\n"
                     + tls_block(certs, "  allow_non_tls: true\n"))
     for kind in KINDS:
         done = run_config(kind, conf)
@@ -664,12 +642,10 @@ def test_websocket_info_has_its_own_listener_tls(non_tls: bool, certs: Certs,
 
     infos = {}
     for kind in KINDS:
-        ws_port = free_port()
         body = (tls_block(certs, "  verify: true\n") + (NON_TLS if non_tls else "")
-                + f"websocket {{\n  listen: 127.0.0.1:{ws_port}\n  no_tls: true\n}}\n")
+                + "websocket {\n  listen: 127.0.0.1:-1\n  no_tls: true\n}\n")
         with running(kind, tmp_path, body) as server:
-            wait_listening(ws_port, server.proc)
-            with RawWebSocket(ws_port) as ws:
+            with RawWebSocket(server.process.ports["websocket"]) as ws:
                 infos[kind] = {k: ws.info.get(k) for k in INFO_KEYS if k != "client_id"}
     assert infos["tidings"] == infos["reference"]
     assert infos["tidings"]["tls_required"] is None and infos["tidings"]["tls_available"] is None
@@ -683,14 +659,9 @@ async def test_reload_does_not_change_allow_non_tls(kind: str, certs: Certs,
     import signal
 
     with running(kind, tmp_path, tls_block(certs) + NON_TLS) as server:
-        conf = tmp_path / f"{kind}-{server.port}.conf"
-        conf.write_text(conf.read_text().replace(NON_TLS, ""))
-        server.proc.send_signal(signal.SIGHUP)
+        server.conf.write_text(server.conf.read_text().replace(NON_TLS, ""))
         refusal = "config reload not supported for AllowNonTLS: old=true, new=false"
-        deadline = time.monotonic() + 10
-        while refusal not in server.log_text():
-            assert time.monotonic() < deadline, server.log_text()
-            await asyncio.sleep(0.05)
+        await asyncio.to_thread(server.signal_logged, signal.SIGHUP, refusal)
         with RawConn(server.port) as plain:
             plain.send(b'CONNECT {"verbose":false}\r\nPING\r\n')
             assert plain.read_line() == b"PONG\r\n"
