@@ -3,21 +3,20 @@ same options, shared by the whole session, and the differential summary line."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from tests.conftest import server_factory
-from tests.servers import RunningServer, start_reference, start_tidings
+from tests.harness import Server, start_reference, start_tidings
+from tests.harness.fixtures import server_factory
 
 # `tidings server` embeds the streaming server, whose internal client needs more than the
 # small control line; the core-server tests run tidings without it where options differ.
 NO_STREAMING = ["--no_streaming"]  # only where a test is about something streaming disturbs
 
 # Options of the configurations the differential and raw tests share. The same keyword
-# options start both servers (tests/servers.py turns them into flags or a config file).
+# options start both servers (tests/harness/servers.py turns them into flags or a config file).
 CONFIGS: dict[str, dict[str, Any]] = {
     "small": {"max_payload": 64, "max_control_line": 96},
     "auth": {"user": "alice", "password": "s3cret"},
@@ -32,9 +31,9 @@ class ServerPair:
     """Lazily started tidings + reference servers for each named configuration."""
 
     def __init__(self) -> None:
-        self._servers: dict[tuple[str, str], RunningServer] = {}
+        self._servers: dict[tuple[str, str], Server] = {}
 
-    def get(self, kind: str, config: str) -> RunningServer:
+    def get(self, kind: str, config: str) -> Server:
         """kind: "tidings", "tidings-pure" (the compiled PUB scanner disabled) or
         "reference"."""
         key = (kind, config)
@@ -43,15 +42,7 @@ class ServerPair:
             if kind == "reference":
                 self._servers[key] = start_reference(**opts)
             elif kind == "tidings-pure":
-                old = os.environ.get("TIDINGS_PURE_PYTHON")
-                os.environ["TIDINGS_PURE_PYTHON"] = "1"
-                try:
-                    self._servers[key] = start_tidings(**opts)
-                finally:
-                    if old is None:
-                        del os.environ["TIDINGS_PURE_PYTHON"]
-                    else:
-                        os.environ["TIDINGS_PURE_PYTHON"] = old
+                self._servers[key] = start_tidings(env={"TIDINGS_PURE_PYTHON": "1"}, **opts)
             else:
                 self._servers[key] = start_tidings(**opts)
         return self._servers[key]
@@ -63,7 +54,7 @@ class ServerPair:
 
 @pytest.fixture(scope="session")
 def server_pairs(
-    tidings_server: RunningServer, reference_server: RunningServer
+    tidings_server: Server, reference_server: Server
 ) -> Iterator[ServerPair]:
     pairs = ServerPair()
     pairs._servers[("tidings", "default")] = tidings_server
@@ -75,13 +66,13 @@ def server_pairs(
 
 
 @pytest.fixture(scope="session")
-def small_tidings(server_pairs: ServerPair) -> RunningServer:
+def small_tidings(server_pairs: ServerPair) -> Server:
     """tidings with max_payload 64 and max_control_line 96."""
     return server_pairs.get("tidings", "small")
 
 
 @pytest.fixture(scope="session")
-def auth_tidings(server_pairs: ServerPair) -> RunningServer:
+def auth_tidings(server_pairs: ServerPair) -> Server:
     """tidings requiring user alice, password s3cret."""
     return server_pairs.get("tidings", "auth")
 
@@ -120,10 +111,10 @@ def port(kind: str, server_pairs: ServerPair) -> int:
 
 
 @pytest.fixture
-def start(kind: str) -> Iterator[Callable[..., RunningServer]]:
+def start(kind: str) -> Iterator[Callable[..., Server]]:
     """Start a server of this kind with options; stopped after the test."""
 
-    def start_kind(**opts: Any) -> RunningServer:
+    def start_kind(**opts: Any) -> Server:
         if kind == "tidings":
             # As a user starts it, streaming on: its own connection is internal (no
             # max_connections slot, no credentials), so the limits and logins compared

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.servers import start_tidings
+from tests.harness import start_tidings
 from tidings.server.allocator import give_back_periodically
 
 from .conftest import NO_STREAMING

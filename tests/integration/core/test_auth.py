@@ -10,10 +10,8 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,14 +22,8 @@ import nats
 import nkeys
 import pytest
 
+from tests.harness import Server, nats_server_binary, start_configured, wait_until
 from tests.messaging import synced
-from tests.servers import (
-    RunningServer,
-    free_port,
-    nats_server_binary,
-    start_configured,
-    wait_listening,
-)
 
 from .rawnats import RawConn, Timeout, run_exchange
 
@@ -67,7 +59,7 @@ authorization {{
 
 
 @pytest.fixture(scope="module")
-def users() -> Iterator[dict[str, RunningServer]]:
+def users() -> Iterator[dict[str, Server]]:
     servers = {kind: start_configured(kind, USERS) for kind in KINDS}
     yield servers
     for server in servers.values():
@@ -105,14 +97,14 @@ MATRIX = {
 
 
 @pytest.mark.parametrize("case", list(MATRIX))
-def test_permission_matrix_as_the_reference(users: dict[str, RunningServer], case: str) -> None:
+def test_permission_matrix_as_the_reference(users: dict[str, Server], case: str) -> None:
     outcomes = {kind: run_exchange(server.port, [MATRIX[case]])
                 for kind, server in users.items()}
     assert outcomes["tidings"] == outcomes["reference"]
 
 
 def test_refusals_are_logged_with_the_user_never_the_secret(
-        users: dict[str, RunningServer]) -> None:
+        users: dict[str, Server]) -> None:
     server = users["tidings"]
     with RawConn(server.port) as conn:
         conn.send(connect_line("dave", "wrong-secret-xyz"))
@@ -128,7 +120,7 @@ def test_refusals_are_logged_with_the_user_never_the_secret(
 
 
 def test_a_wildcard_subscriber_never_gets_a_denied_subject(
-        users: dict[str, RunningServer]) -> None:
+        users: dict[str, Server]) -> None:
     for kind, server in users.items():
         with RawConn(server.port) as sub, RawConn(server.port) as pub:
             sub.connect(connect_line("carol"))
@@ -143,7 +135,7 @@ def test_a_wildcard_subscriber_never_gets_a_denied_subject(
 
 
 def test_subscription_covering_more_than_allowed_gets_only_allowed(
-        users: dict[str, RunningServer]) -> None:
+        users: dict[str, Server]) -> None:
     """alice may subscribe to a.* only. The reference matches a SUB's wildcard tokens as if
     they were literal, so it takes `SUB a.>` (its `*` matches the token `>`); whatever it
     takes, tidings delivers only the subjects alice may see."""
@@ -160,7 +152,7 @@ def test_subscription_covering_more_than_allowed_gets_only_allowed(
 
 
 @pytest.mark.parametrize(("user", "allowed"), [("bob", 1), ("erin", 2)])
-def test_allow_responses_lets_replies_out(users: dict[str, RunningServer], user: str,
+def test_allow_responses_lets_replies_out(users: dict[str, Server], user: str,
                                           allowed: int) -> None:
     answers = {}
     for kind, server in users.items():
@@ -187,7 +179,7 @@ def _nonce_signature(port: int) -> tuple[RawConn, str]:
     return conn, base64.urlsafe_b64encode(sig).rstrip(b"=").decode()
 
 
-def test_nkey_signature_over_this_connection_nonce_only(users: dict[str, RunningServer]) -> None:
+def test_nkey_signature_over_this_connection_nonce_only(users: dict[str, Server]) -> None:
     for kind, server in users.items():
         first, sig = _nonce_signature(server.port)
         with first:
@@ -206,7 +198,7 @@ def test_nkey_signature_over_this_connection_nonce_only(users: dict[str, Running
 
 
 @pytest.mark.parametrize("client", ["nats-py", "tidings.client"])
-async def test_clients_with_nkeys_bcrypt_and_permissions(users: dict[str, RunningServer],
+async def test_clients_with_nkeys_bcrypt_and_permissions(users: dict[str, Server],
                                                          client: str) -> None:
     import tidings.client
 
@@ -241,7 +233,7 @@ async def test_clients_with_nkeys_bcrypt_and_permissions(users: dict[str, Runnin
 
 
 async def test_failed_bcrypt_logins_do_not_hold_up_other_clients(
-        users: dict[str, RunningServer]) -> None:
+        users: dict[str, Server]) -> None:
     """While 60 wrong bcrypt passwords are checked, another client's PINGs are answered."""
     server = users["tidings"]
     loop = asyncio.get_running_loop()
@@ -264,7 +256,7 @@ async def test_failed_bcrypt_logins_do_not_hold_up_other_clients(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_authentication_timeout(users: dict[str, RunningServer], kind: str) -> None:
+def test_authentication_timeout(users: dict[str, Server], kind: str) -> None:
     with RawConn(users[kind].port) as conn:
         assert conn.read_to_eof(timeout=5) == b"-ERR 'Authentication Timeout'\r\n"
 
@@ -281,7 +273,7 @@ BAD_CONNECTS = {
 
 
 @pytest.mark.parametrize("case", list(BAD_CONNECTS))
-def test_bad_connects_refused_as_the_reference(users: dict[str, RunningServer],
+def test_bad_connects_refused_as_the_reference(users: dict[str, Server],
                                                 case: str) -> None:
     data = BAD_CONNECTS[case]
     pieces = [data[i:i + 1] for i in range(len(data))] if "split" in case else [data]
@@ -353,7 +345,7 @@ def test_reload_changes_rights_and_closes_removed_users(tmp_path: Path) -> None:
             alice.send(b"SUB a.x 1\r\nSUB b.x 2\r\n")
             assert alice.barrier() == b""
             bob.connect(connect_line("bob"))
-            Path(server.files[0]).write_text(after)
+            Path(server.config_path).write_text(after)
             os.kill(server.pid, signal.SIGHUP)
             closed = bob.read_to_eof(timeout=10)
             alice.read_until(lambda b: b"\r\n" in b, timeout=10)
@@ -387,22 +379,12 @@ def test_no_auth_user_takes_its_permissions() -> None:
 
 def test_embedded_streaming_connects_whatever_users_there_are(tmp_path: Path) -> None:
     """The streaming server inside `tidings server` is not one of the configured users."""
-    conf = tmp_path / "s.conf"
-    conf.write_text("authorization { users = [{user: a, password: b}] }\n")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    proc = subprocess.Popen([sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1",
-                             "-p", str(port), "-c", str(conf), "--store", "memory"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = start_configured("tidings", "authorization { users = [{user: a, password: b}] }\n")
     try:
-        from tests.servers import _wait_ready
-
-        _wait_ready(port, proc)
 
         async def discover() -> bytes:
-            nc = await nats.connect(f"nats://a:b@127.0.0.1:{port}", allow_reconnect=False)
+            nc = await nats.connect(f"nats://a:b@127.0.0.1:{server.port}",
+                                    allow_reconnect=False)
             try:
                 with pytest.raises(nats.errors.NoRespondersError):
                     await nc.request("_STAN.discover.nope", b"", timeout=5)
@@ -412,22 +394,20 @@ def test_embedded_streaming_connects_whatever_users_there_are(tmp_path: Path) ->
 
         deadline_ok = asyncio.run(discover())
         assert deadline_ok == b"ok"
-        assert proc.poll() is None
+        assert server.running
     finally:
-        proc.terminate()
-        out = proc.communicate(timeout=10)[1]
+        server.stop()
+    out = server.log()
     assert "Authorization Violation" not in out and "authentication error" not in out
 
 
 def test_connz_shows_who_logged_in_with_auth_only() -> None:
     import urllib.request
 
-    from tests.servers import free_port
-
     seen = {}
     for kind in KINDS:
-        http = free_port()
-        server = start_configured(kind, USERS, extra_args=["-m", str(http)])
+        server = start_configured(kind, USERS, extra_args=["-m", "-1"])
+        http = server.ports["http"]
         try:
             with RawConn(server.port) as alice, RawConn(server.port) as keyed:
                 alice.connect(connect_line("alice"))
@@ -502,7 +482,7 @@ TRACE_DEST_CASES = {
 }
 
 
-def _play_trace_dests(server: RunningServer) -> dict[str, Any]:
+def _play_trace_dests(server: Server) -> dict[str, Any]:
     outcomes: dict[str, Any] = {}
     with RawConn(server.port) as watch, RawConn(server.port) as tracer:
         watch.connect(connect_line("root", extra=HEADERS))
@@ -523,7 +503,7 @@ def _play_trace_dests(server: RunningServer) -> dict[str, Any]:
 
 
 def test_a_trace_destination_needs_the_right_to_publish_to_it(
-        users: dict[str, RunningServer]) -> None:
+        users: dict[str, Server]) -> None:
     """The reference checks Nats-Trace-Dest against the publish permissions (the lists,
     not a reply it was sent) before the subject, and drops the whole message if refused."""
     ours, theirs = (_play_trace_dests(users[kind]) for kind in KINDS)
@@ -582,12 +562,11 @@ def test_no_auth_user_keeps_its_allowed_connection_types(case: str) -> None:
     anonymous = b'CONNECT {"verbose":false}\r\n'
     seen = {}
     for kind in KINDS:
-        ws_port = free_port()
         ws_extra = f", no_auth_user: {ws_no_auth}" if ws_no_auth else ""
         server = start_configured(kind, conf + (
-            f"websocket {{ listen: 127.0.0.1:{ws_port}, no_tls: true{ws_extra} }}\n"))
+            f"websocket {{ listen: 127.0.0.1:-1, no_tls: true{ws_extra} }}\n"))
+        ws_port = server.ports["websocket"]
         try:
-            wait_listening(ws_port, server.proc)
             tcp = run_exchange(server.port, [anonymous])
             seen[kind] = (
                 (tcp.data, tcp.closed),
@@ -607,7 +586,7 @@ def test_no_auth_user_keeps_its_allowed_connection_types(case: str) -> None:
     assert (with_user, ws_with_user) == (b"", b"PONG\r\n")
 
 
-def _play_grants(server: RunningServer) -> list[bytes]:
+def _play_grants(server: Server) -> list[bytes]:
     """bob (publish b.>, allow_responses) tries replies he was and was not sent."""
     seen = []
     with RawConn(server.port) as bob, RawConn(server.port) as root:
@@ -630,7 +609,7 @@ def _play_grants(server: RunningServer) -> list[bytes]:
     return seen
 
 
-def test_a_reply_is_granted_only_by_a_delivery(users: dict[str, RunningServer]) -> None:
+def test_a_reply_is_granted_only_by_a_delivery(users: dict[str, Server]) -> None:
     ours, theirs = (_play_grants(users[kind]) for kind in KINDS)
     assert ours == theirs
     refused = b"-ERR 'Permissions Violation for Publish to \"%b\"'\r\n"
@@ -676,22 +655,23 @@ def _wait_for_route(conn: RawConn, port: int) -> None:
         probe.connect(connect_line("root"))
         probe.send(b"SUB probe 1\r\n")
         assert probe.barrier() == b""
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+
+
+        def crossed() -> bool:
             conn.send(b"PUB probe 0\r\n\r\n")
             try:
-                if probe.read_until(lambda b: b"MSG probe" in b, timeout=0.1):
-                    return
+                return bool(probe.read_until(lambda b: b"MSG probe" in b, timeout=0.1))
             except Timeout:
-                continue
-        raise AssertionError("the route never carried the subscription")
+                return False
+
+        wait_until(crossed, 30, "the route carrying the subscription", interval=0)
 
 
 QUEUE_REPLY = (b"MSG b.q 1 admin.q 0\r\n\r\n", b"")
 
 
 def test_a_reply_is_granted_to_the_queue_member_it_went_to(
-        users: dict[str, RunningServer]) -> None:
+        users: dict[str, Server]) -> None:
     ours, theirs = (_play_queue_grant(users[kind].port, users[kind].port) for kind in KINDS)
     assert ours == theirs
     assert theirs == ([b"", QUEUE_REPLY[0]],
@@ -701,13 +681,9 @@ def test_a_reply_is_granted_to_the_queue_member_it_went_to(
 def test_a_reply_over_a_route_is_granted_to_the_queue_member_it_went_to() -> None:
     seen = {}
     for kind in KINDS:
-        a_route, b_route = free_port(), free_port()
-        a = start_configured(kind, USERS, extra_args=[
-            "--cluster", f"nats://127.0.0.1:{a_route}", "--cluster_name", "perm"])
+        a = start_configured(kind, USERS, cluster=True, cluster_name="perm")
         try:
-            b = start_configured(kind, USERS, extra_args=[
-                "--cluster", f"nats://127.0.0.1:{b_route}", "--cluster_name", "perm",
-                "--routes", f"nats://127.0.0.1:{a_route}"])
+            b = start_configured(kind, USERS, cluster=True, cluster_name="perm", routes=[a])
             try:
                 seen[kind] = _play_queue_grant(a.port, b.port)
             finally:

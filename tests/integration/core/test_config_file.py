@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import _wait_ready, free_port, nats_server_binary
+from tests.harness import Process, nats_server_binary, wait_for_file_line
+from tidings.testing.process import ports_in
 
 from .rawnats import CONNECT_PLAIN, RawConn
 
@@ -33,15 +34,19 @@ def reference(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=30)
 
 
-def start(cmd: list[str], port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _wait_ready(port, proc)
-    return proc
+def start(cmd: list[str], log_file: Path | None = None) -> tuple[Process, int]:
+    """`cmd`, a server on a port of its own (-1), once it says it is ready (on stderr, or
+    in `log_file` with -l): the process and its client port."""
+    proc = Process(cmd, kind="server")
+    if log_file is None:
+        proc.wait_for("Server is ready")
+        return proc, proc.ports["client"]
+    wait_for_file_line(log_file, "Server is ready", proc=proc.proc)
+    return proc, ports_in(log_file.read_text())["client"]
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    proc.wait(10)
+def stop(proc: Process) -> None:
+    proc.stop()
 
 
 def info_of(port: int) -> dict:
@@ -50,12 +55,11 @@ def info_of(port: int) -> dict:
 
 
 def test_the_same_file_means_the_same_to_both(tmp_path: Path) -> None:
-    ports = {"tidings": free_port(), "reference": free_port()}
-    for kind, port in ports.items():
+    for kind in ("tidings", "reference"):
         conf = tmp_path / f"{kind}.conf"
         conf.write_text(
             "# as an operator writes it\n"
-            f"listen: 127.0.0.1:{port}\n"
+            "listen: 127.0.0.1:-1\n"
             'server_name: "conf-test"\n'
             "max_payload: 512KB\n"
             'ping_interval: "30s"\n'
@@ -64,7 +68,7 @@ def test_the_same_file_means_the_same_to_both(tmp_path: Path) -> None:
         )
         cmd = ([sys.executable, "-m", "tidings", "server", "--no_streaming", "-c", str(conf)]
                if kind == "tidings" else [nats_server_binary(), "-c", str(conf)])
-        proc = start(cmd, port)
+        proc, port = start(cmd)
         try:
             info = info_of(port)
             assert (info["server_name"], info["max_payload"], info["auth_required"]) == (
@@ -111,23 +115,26 @@ def test_checking_files_the_reference_accepts(tmp_path: Path, text: str, code: i
 
 
 def test_flags_override_the_file(tmp_path: Path) -> None:
-    file_port, flag_port = free_port(), free_port()
-    conf = tmp_path / "f.conf"
-    conf.write_text(f"listen: 127.0.0.1:{file_port}\nserver_name: from-file\n")
-    proc = start([sys.executable, "-m", "tidings", "server", "--no_streaming", "-c",
-                  str(conf), "-p", str(flag_port), "-n", "from-flag"], flag_port)
+    with socket.socket() as held:  # the file's port: taken, so only the flag's can serve
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        file_port = held.getsockname()[1]
+        conf = tmp_path / "f.conf"
+        conf.write_text(f"listen: 127.0.0.1:{file_port}\nserver_name: from-file\n")
+        proc, port = start([sys.executable, "-m", "tidings", "server", "--no_streaming", "-c",
+                            str(conf), "-p", "-1", "-n", "from-flag"])
     try:
-        assert info_of(flag_port)["server_name"] == "from-flag"
+        assert port != file_port
+        assert info_of(port)["server_name"] == "from-flag"
     finally:
         stop(proc)
 
 
 def test_pid_file_log_file_and_signals(tmp_path: Path) -> None:
-    port = free_port()
     pid_file, log_file = tmp_path / "t.pid", tmp_path / "t.log"
-    proc = start([sys.executable, "-m", "tidings", "server", "--no_streaming", "-a",
-                  "127.0.0.1", "-p", str(port), "-P", str(pid_file), "-l", str(log_file)],
-                 port)
+    proc, port = start([sys.executable, "-m", "tidings", "server", "--no_streaming", "-a",
+                        "127.0.0.1", "-p", "-1", "-P", str(pid_file), "-l", str(log_file)],
+                       log_file)
     try:
         assert pid_file.read_text() == str(proc.pid)
         with RawConn(port) as c:
@@ -143,16 +150,15 @@ def test_pid_file_log_file_and_signals(tmp_path: Path) -> None:
         assert proc.wait(10) == 0
         assert not pid_file.exists()
     finally:
-        if proc.poll() is None:
+        if proc.returncode is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
 
 
 def test_logtime_false_drops_the_time(tmp_path: Path) -> None:
-    port = free_port()
     log_file = tmp_path / "t.log"
-    proc = start([sys.executable, "-m", "tidings", "server", "--no_streaming", "-a",
-                  "127.0.0.1", "-p", str(port), "-l", str(log_file), "-T=false"], port)
+    proc, _ = start([sys.executable, "-m", "tidings", "server", "--no_streaming", "-a",
+                     "127.0.0.1", "-p", "-1", "-l", str(log_file), "-T=false"], log_file)
     try:
         first = log_file.read_text().splitlines()[0]
         assert first.startswith(f"[{proc.pid}] [INF] "), first
@@ -173,7 +179,7 @@ def test_version_and_bad_signals() -> None:
     (["-s"], "syslog"), (["--ms", "8222"], "TLS"), (["-js"], "JetStream"), (["--tls"], "TLS"),
 ])
 def test_reference_flags_tidings_lacks_are_refused(flag: list[str], why: str) -> None:
-    out = tidings(*flag, "--no_streaming", "-p", str(free_port()))
+    out = tidings(*flag, "--no_streaming", "-p", "-1")
     assert out.returncode == 1 and why in out.stderr.strip().splitlines()[-1]
 
 
@@ -194,11 +200,10 @@ def test_go_style_flag_spellings() -> None:
 def test_debug_and_trace_lines(tmp_path: Path) -> None:
     """-DV: the reference's connection lines and protocol trace; a failed login is logged
     with its user, never its password."""
-    port = free_port()
     log_file = tmp_path / "dv.log"
-    proc = start([sys.executable, "-m", "tidings", "server", "--no_streaming", "-a",
-                  "127.0.0.1", "-p", str(port), "-DV", "-l", str(log_file), "--user", "u",
-                  "--pass", "topsecret"], port)
+    proc, port = start([sys.executable, "-m", "tidings", "server", "--no_streaming", "-a",
+                        "127.0.0.1", "-p", "-1", "-DV", "-l", str(log_file), "--user", "u",
+                        "--pass", "topsecret"], log_file)
     try:
         with RawConn(port) as c:
             c.connect(b'CONNECT {"verbose":false,"pedantic":false,"user":"u",'
@@ -221,11 +226,10 @@ def test_debug_and_trace_lines(tmp_path: Path) -> None:
 
 def test_log_file_size_limit(tmp_path: Path) -> None:
     """Past --log_size_limit the log file is renamed FILE.<date-time> and started anew."""
-    port = free_port()
     log_file = tmp_path / "s.log"
-    proc = start([sys.executable, "-m", "tidings", "server", "--no_streaming", "-a",
-                  "127.0.0.1", "-p", str(port), "-D", "-l", str(log_file),
-                  "--log_size_limit", "1KB"], port)
+    proc, port = start([sys.executable, "-m", "tidings", "server", "--no_streaming", "-a",
+                        "127.0.0.1", "-p", "-1", "-D", "-l", str(log_file),
+                        "--log_size_limit", "1KB"], log_file)
     try:
         for _ in range(20):  # each connection logs two debug lines
             with RawConn(port) as c:
@@ -279,14 +283,14 @@ def test_no_key_of_the_reference_is_called_unknown(tmp_path: Path) -> None:
 def test_aliases_mean_what_they_mean_to_the_reference(tmp_path: Path) -> None:
     """logfile, pidfile, net, monitor_port and max_conn, in one file started by both."""
     for kind in ("tidings", "reference"):
-        port, http = free_port(), free_port()
         log, pid = tmp_path / f"{kind}.log", tmp_path / f"{kind}.pid"
         conf = tmp_path / f"{kind}.conf"
-        conf.write_text(f"net: 127.0.0.1\nport: {port}\nmonitor_port: {http}\nmax_conn: 7\n"
+        conf.write_text(f"net: 127.0.0.1\nport: -1\nmonitor_port: -1\nmax_conn: 7\n"
                         f"logfile: {log}\npidfile: {pid}\n")
         cmd = ([sys.executable, "-m", "tidings", "server", "--no_streaming", "-c", str(conf)]
                if kind == "tidings" else [nats_server_binary(), "-c", str(conf)])
-        proc = start(cmd, port)
+        proc, _ = start(cmd, log)
+        http = ports_in(log.read_text())["http"]
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{http}/varz", timeout=10) as r:
                 varz = json.loads(r.read())

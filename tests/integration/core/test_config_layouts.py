@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.config_layouts import ACCEPTED, REFUSED
-from tests.servers import nats_server_binary
+from tests.harness import nats_server_binary
 from tidings.config import ConfigError, parse
 
 pytestmark = pytest.mark.timeout(300)

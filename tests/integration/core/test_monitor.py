@@ -7,9 +7,6 @@ from __future__ import annotations
 import json
 import socket
 import ssl
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -18,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from tests.servers import (
-    _wait_ready,
-    free_port,
-    nats_server_binary,
+from tests.harness import (
+    Process,
+    refused_port,
     start_configured,
-    wait_listening,
+    start_server_process,
+    wait_until,
 )
 
 from .rawnats import RawConn
@@ -46,19 +43,20 @@ TRAFFIC = (b'CONNECT {"verbose":false,"pedantic":false,"name":"c1","lang":"pytho
            b"PUB nobody 3\r\nabc\r\nPUB foo r 4\r\nabcd\r\n")
 
 
+def get(http: int, path: str) -> Any:
+    with urllib.request.urlopen(f"http://127.0.0.1:{http}{path}", timeout=10) as r:
+        return json.loads(r.read())
+
+
 class Monitored:
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, *args: str) -> None:
         self.kind = kind
-        self.port, self.http = free_port(), free_port()
-        args = ["-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.http)]
-        cmd = ([sys.executable, "-m", "tidings", "server", "--no_streaming", *args]
-               if kind == "tidings" else [nats_server_binary(), *args])
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_ready(self.port, self.proc)
+        self.proc = start_server_process(kind, "-a", "127.0.0.1", "-p", "-1", "-m", "-1",
+                                         *args)
+        self.port, self.http = self.proc.ports["client"], self.proc.ports["http"]
 
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.http}{path}", timeout=10) as r:
-            return json.loads(r.read())
+        return get(self.http, path)
 
 
 @pytest.fixture(scope="module")
@@ -70,18 +68,11 @@ def servers() -> Iterator[dict[str, Monitored]]:
         c.send(TRAFFIC)
         assert c.barrier() == b"MSG foo 1 2\r\nhi\r\nMSG foo 1 r 4\r\nabcd\r\n"
         conns.append(c)
-    for server in both.values():
-        # Until the start-up probe's connection is gone (a busy server may lag).
-        deadline = time.monotonic() + 10
-        while server.get("/connz")["num_connections"] != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
     yield both
     for c in conns:
         c.close()
     for server in both.values():
-        server.proc.terminate()
-        server.proc.wait(10)
+        server.proc.stop()
 
 
 def shape(value: Any) -> Any:
@@ -143,52 +134,36 @@ def test_subsz_routez_accountz_healthz(servers: dict[str, Monitored]) -> None:
 
 
 def test_routez_lists_the_routes() -> None:
-    ports = [free_port(), free_port()]
-    http = free_port()
-    a = subprocess.Popen([sys.executable, "-m", "tidings", "server", "--no_streaming", "-a",
-                          "127.0.0.1", "-p", str(free_port()), "-m", str(http), "--cluster",
-                          f"nats://127.0.0.1:{ports[0]}"], stderr=subprocess.DEVNULL)
-    b_port = free_port()
-    b = subprocess.Popen([sys.executable, "-m", "tidings", "server", "--no_streaming", "-a",
-                          "127.0.0.1", "-p", str(b_port), "--cluster",
-                          f"nats://127.0.0.1:{ports[1]}", "--routes",
-                          f"nats://127.0.0.1:{ports[0]}"], stderr=subprocess.DEVNULL)
+    a = Monitored("tidings", "--cluster", "nats://127.0.0.1:0")
+    b = start_server_process("tidings", "-a", "127.0.0.1", "-p", "-1", "--cluster",
+                             "nats://127.0.0.1:0", "--routes",
+                             f"nats://127.0.0.1:{a.proc.ports['route']}")
     try:
-        _wait_ready(b_port, b)
-        for _ in range(200):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{http}/routez", timeout=5) as r:
-                    routez = json.loads(r.read())
-            except OSError:
-                routez = {"num_routes": 0}
-            if routez["num_routes"] == 1:
-                break
-            time.sleep(0.05)  # the route is being made: poll, with a bound
+        # The route is being made: poll, with a bound.
+        routez = wait_until(lambda: (r := a.get("/routez"))["num_routes"] == 1 and r, 10,
+                            "one route in /routez")
         assert routez["num_routes"] == 1
         assert routez["routes"][0]["did_solicit"] is False
     finally:
-        for p in (a, b):
-            p.terminate()
-            p.wait(10)
+        for p in (a.proc, b):
+            p.stop()
 
 
 def test_varz_cluster_urls_are_host_and_port_only() -> None:
     """/varz cluster.urls lists the configured routes as the reference does, `host:port`:
     never the user and password of a route URL."""
-    dead, other = free_port(), free_port()  # nothing listens there: only configured
     clusters = {}
-    for kind in ("tidings", "reference"):
-        http, route = free_port(), free_port()
-        conf = (f"cluster {{\n  listen: 127.0.0.1:{route}\n  name: C\n  routes: ["
-                f'"nats://ruser:routepw-SECRET@127.0.0.1:{dead}", "nats://127.0.0.1:{other}"'
-                "]\n}\n")
-        server = start_configured(kind, conf, extra_args=["-m", str(http)])
-        try:
-            wait_listening(http, server.proc)
-            with urllib.request.urlopen(f"http://127.0.0.1:{http}/varz", timeout=10) as r:
-                clusters[kind] = json.loads(r.read())["cluster"]
-        finally:
-            server.stop()
+    # Nothing listens there (held, refusing): only configured.
+    with refused_port() as dead, refused_port() as other:
+        for kind in ("tidings", "reference"):
+            conf = ("cluster {\n  listen: 127.0.0.1:-1\n  name: C\n  routes: ["
+                    f'"nats://ruser:routepw-SECRET@127.0.0.1:{dead}", '
+                    f'"nats://127.0.0.1:{other}"]\n}}\n')
+            server = start_configured(kind, conf, extra_args=["-m", "-1"])
+            try:
+                clusters[kind] = get(server.ports["http"], "/varz")["cluster"]
+            finally:
+                server.stop()
     assert clusters["tidings"]["urls"] == clusters["reference"]["urls"] == [
         f"127.0.0.1:{dead}", f"127.0.0.1:{other}"]
 
@@ -215,15 +190,12 @@ def test_closed_connections(servers: dict[str, Monitored]) -> None:
         c.close()
     found = {}
     for kind, server in servers.items():
-        deadline = time.monotonic() + 10
-        while True:
+
+        def gone(server: Monitored = server) -> list[dict[str, Any]]:
             closed = server.get("/connz?state=closed&subs=1")["connections"]
-            gone = [c for c in closed if c.get("name") == "gone"]
-            if gone:
-                break
-            assert time.monotonic() < deadline, kind
-            time.sleep(0.02)
-        found[kind] = gone[0]
+            return [c for c in closed if c.get("name") == "gone"]
+
+        found[kind] = wait_until(gone, 10, f"{kind}: the closed connection listed")[0]
     assert shape(found["tidings"]) == shape(found["reference"])
     assert found["tidings"]["subscriptions_list"] == ["a"]
     assert found["tidings"]["reason"] in ("Client Closed", "Read Error")
@@ -293,43 +265,30 @@ def test_subsz_counters_and_detail(servers: dict[str, Monitored]) -> None:
         assert len({sub["cid"] for sub in subs}) == 1, kind
 
 
-def _cluster_of_two(kind: str, http: int) -> tuple[list[subprocess.Popen[bytes]], list[int]]:
-    """Two servers of one cluster on 127.0.0.1, the first monitored on `http`; and their
-    client ports."""
-    clients, routes = [free_port(), free_port()], [free_port(), free_port()]
-    procs = []
-    for i in range(2):
-        args = ["-a", "127.0.0.1", "-p", str(clients[i]), "--cluster",
-                f"nats://127.0.0.1:{routes[i]}", "--routes", f"nats://127.0.0.1:{routes[1 - i]}",
-                *(["-m", str(http)] if i == 0 else [])]
-        cmd = ([sys.executable, "-m", "tidings", "server", "--no_streaming", *args]
-               if kind == "tidings" else [nats_server_binary(), *args])
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        _wait_ready(clients[i], procs[-1])
-    return procs, clients
+def _cluster_of_two(kind: str) -> tuple[Monitored, Process]:
+    """Two servers of one cluster on 127.0.0.1, the first monitored, the second routed to
+    the first (routes go both ways once made)."""
+    any_port = "nats://127.0.0.1:" + ("0" if kind == "tidings" else "-1")
+    first = Monitored(kind, "--cluster", any_port)
+    second = start_server_process(kind, "-a", "127.0.0.1", "-p", "-1", "--cluster", any_port,
+                                  "--routes", f"nats://127.0.0.1:{first.proc.ports['route']}")
+    return first, second
 
 
 def test_varz_connect_urls_once_the_cluster_forms() -> None:
     """connect_urls: the client URLs of the cluster, this server's first, as the reference
     fills it (nats.js's tests read it to see that a cluster formed)."""
     for kind in ("tidings", "reference"):
-        http = free_port()
-        procs, (a, b) = _cluster_of_two(kind, http)
+        first, second = _cluster_of_two(kind)
+        a, b = first.port, second.ports["client"]
         try:
-            url = f"http://127.0.0.1:{http}/varz"
-            deadline = time.monotonic() + 15
-            while True:
-                with urllib.request.urlopen(url, timeout=10) as r:
-                    varz = json.loads(r.read())
-                if "connect_urls" in varz and varz["routes"]:
-                    break
-                assert time.monotonic() < deadline, (kind, varz.get("routes"))
-                time.sleep(0.05)  # the route is being made: poll, with a bound
+            # The route is being made: poll, with a bound.
+            varz = wait_until(lambda first=first: "connect_urls" in (v := first.get("/varz"))
+                              and v["routes"] and v, 15, f"{kind}: the cluster formed")
             assert varz["connect_urls"] == [f"127.0.0.1:{a}", f"127.0.0.1:{b}"], kind
         finally:
-            for p in procs:
-                p.terminate()
-                p.wait(10)
+            for p in (first.proc, second):
+                p.stop()
 
 
 @pytest.fixture(scope="module")
@@ -356,16 +315,16 @@ def test_the_monitor_binds_the_host_given(tmp_path: Path, monitor_certs: tuple[s
     cert, key = monitor_certs
     tls = f'tls {{ cert_file: "{cert}", key_file: "{key}" }}'
     for kind in ("tidings", "reference"):
-        port, http, other = free_port(), free_port(), free_port()
-        values = {"P": str(http), "X": str(other), "TLS": tls}
-        path = tmp_path / f"{kind}.conf"
-        path.write_text(f"port: {port}\n" + conf.format(**values) + "\n")
-        args = ["-c", str(path), *(f.format(**values) for f in flags)]
-        cmd = ([sys.executable, "-m", "tidings", "server", "--no_streaming", *args]
-               if kind == "tidings" else [nats_server_binary(), *args])
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # P: any free port; X: a port taken meanwhile (it is not the one that counts).
+        with refused_port() as other:
+            values = {"P": "-1", "X": str(other), "TLS": tls}
+            path = tmp_path / f"{kind}.conf"
+            path.write_text("port: -1\n" + conf.format(**values) + "\n")
+            args = ["-c", str(path), *(f.format(**values) for f in flags)]
+            proc = start_server_process(kind, *args)
+        port, http = proc.ports["client"], proc.ports[scheme]
         try:
-            _wait_ready(port, proc)
+            assert http != other
             context = ssl.create_default_context(cafile=None)
             context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
             with urllib.request.urlopen(f"{scheme}://127.0.0.1:{http}/varz", timeout=10,
@@ -375,22 +334,18 @@ def test_the_monitor_binds_the_host_given(tmp_path: Path, monitor_certs: tuple[s
                 socket.create_connection(("127.0.0.2", http), timeout=5).close()
             socket.create_connection(("127.0.0.2", port), timeout=5).close()
         finally:
-            proc.terminate()
-            proc.wait(10)
+            proc.stop()
 
 
 def test_varz_counts_stale_connections(tmp_path: Path) -> None:
     """A client that answers no PING is closed as stale, and counted so, on both."""
     for kind in ("tidings", "reference"):
-        port, http = free_port(), free_port()
         path = tmp_path / f"{kind}.conf"
-        path.write_text(f'listen: 127.0.0.1:{port}\nhttp: 127.0.0.1:{http}\n'
+        path.write_text('listen: 127.0.0.1:-1\nhttp: 127.0.0.1:-1\n'
                         'ping_interval: "100ms"\nping_max: 1\n')
-        cmd = ([sys.executable, "-m", "tidings", "server", "--no_streaming", "-c", str(path)]
-               if kind == "tidings" else [nats_server_binary(), "-c", str(path)])
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = start_server_process(kind, "-c", str(path))
+        port, http = proc.ports["client"], proc.ports["http"]
         try:
-            _wait_ready(port, proc)
             with RawConn(port) as silent:
                 silent.send(b'CONNECT {"verbose":false,"pedantic":false}\r\n')
                 assert silent.read_to_eof().endswith(b"-ERR 'Stale Connection'\r\n"), kind
@@ -400,8 +355,7 @@ def test_varz_counts_stale_connections(tmp_path: Path) -> None:
             assert varz["stale_connection_stats"] == {"clients": 1, "routes": 0,
                                                       "gateways": 0, "leafs": 0}, kind
         finally:
-            proc.terminate()
-            proc.wait(10)
+            proc.stop()
 
 
 @pytest.mark.parametrize("how", ["-m -1", "http: -1", "http: HOST:-1", "http_port: -1"])
@@ -409,8 +363,6 @@ def test_a_monitor_port_of_minus_one_is_any_free_port(how: str) -> None:
     """-m -1 (and -1 as the file's http port) serves monitoring on a free port, the one the
     log names ("Starting http monitor on HOST:PORT"), as the reference's RANDOM_PORT does;
     /varz says http_port -1 on both."""
-    from tests.harness import start_configured
-
     conf = "" if how.startswith("-m") else how.replace("HOST", "127.0.0.1") + "\n"
     args = how.split() if how.startswith("-m") else []
     for kind in ("tidings", "reference"):

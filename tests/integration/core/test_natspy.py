@@ -19,8 +19,8 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.errors import MaxPayloadError, NoRespondersError
 
+from tests.harness import Server
 from tests.messaging import synced
-from tests.servers import RunningServer
 from tidings.protocol.headers import Headers
 
 from .conftest import ServerPair
@@ -30,18 +30,18 @@ _ids = itertools.count()
 
 
 @pytest.fixture(params=["tidings", "reference"])
-def server(request: pytest.FixtureRequest, server_pairs: ServerPair) -> RunningServer:
+def server(request: pytest.FixtureRequest, server_pairs: ServerPair) -> Server:
     return server_pairs.get(request.param, "default")
 
 
-async def connect(server: RunningServer, **kw: object) -> NATS:
+async def connect(server: Server, **kw: object) -> NATS:
     return await nats.connect(
         server.url, allow_reconnect=False, connect_timeout=5, **kw  # type: ignore[arg-type]
     )
 
 
 @pytest.fixture
-async def nc(server: RunningServer) -> AsyncIterator[NATS]:
+async def nc(server: Server) -> AsyncIterator[NATS]:
     conn = await connect(server)
     yield conn
     if not conn.is_closed:
@@ -60,7 +60,7 @@ async def collect(sub: object, n: int, timeout: float = 5) -> list[Msg]:
 
 
 # -- connect ---------------------------------------------------------------------------------
-async def test_connect(nc: NATS, server: RunningServer) -> None:
+async def test_connect(nc: NATS, server: Server) -> None:
     assert nc.is_connected
     assert nc.max_payload == 1024 * 1024
     assert nc.connected_url is not None and nc.connected_url.port == server.port
@@ -82,7 +82,7 @@ async def test_publish_subscribe_same_connection(nc: NATS) -> None:
     assert all(m.subject == subject and m.reply == "r.x" for m in msgs)
 
 
-async def test_publish_subscribe_across_connections(nc: NATS, server: RunningServer) -> None:
+async def test_publish_subscribe_across_connections(nc: NATS, server: Server) -> None:
     subject = unique("across")
     sub = await nc.subscribe(subject)
     await synced(nc)
@@ -113,7 +113,7 @@ async def test_wildcards(nc: NATS) -> None:
         await full.next_msg(timeout=0.05)
 
 
-async def test_queue_group_1000_messages_over_3_members(server: RunningServer) -> None:
+async def test_queue_group_1000_messages_over_3_members(server: Server) -> None:
     subject = unique("q")
     members = [await connect(server) for _ in range(3)]
     pub = await connect(server)
@@ -141,7 +141,7 @@ async def test_queue_group_1000_messages_over_3_members(server: RunningServer) -
 
 
 # -- headers ---------------------------------------------------------------------------------
-async def test_headers_round_trip_case_preserved(nc: NATS, server: RunningServer) -> None:
+async def test_headers_round_trip_case_preserved(nc: NATS, server: Server) -> None:
     subject = unique("hdr")
     sub = await nc.subscribe(subject)
     with RawConn(server.port) as raw:
@@ -166,7 +166,7 @@ async def test_headers_round_trip_case_preserved(nc: NATS, server: RunningServer
         assert parsed.keys() == list(headers)
 
 
-async def test_multi_value_headers_round_trip(nc: NATS, server: RunningServer) -> None:
+async def test_multi_value_headers_round_trip(nc: NATS, server: Server) -> None:
     """nats-py's API keeps one value per name, so the multi-value block is published raw and
     read raw; nats-py must still accept it."""
     subject = unique("multi")
@@ -191,7 +191,7 @@ async def test_multi_value_headers_round_trip(nc: NATS, server: RunningServer) -
 
 
 # -- request / reply -------------------------------------------------------------------------
-async def test_request_reply(nc: NATS, server: RunningServer) -> None:
+async def test_request_reply(nc: NATS, server: Server) -> None:
     subject = unique("svc")
 
     async def handler(msg: Msg) -> None:
@@ -214,7 +214,7 @@ async def test_no_responders(nc: NATS) -> None:
 
 
 # -- auto-unsubscribe, flush, drain ------------------------------------------------------------
-async def test_auto_unsubscribe_after_n(nc: NATS, server: RunningServer) -> None:
+async def test_auto_unsubscribe_after_n(nc: NATS, server: Server) -> None:
     subject = unique("auto")
     got: list[bytes] = []
 
@@ -250,7 +250,7 @@ async def test_flush(nc: NATS) -> None:
     assert nc.stats["out_msgs"] >= 100
 
 
-async def test_drain(server: RunningServer) -> None:
+async def test_drain(server: Server) -> None:
     subject = unique("drain")
     conn = await connect(server)
     handled: list[bytes] = []

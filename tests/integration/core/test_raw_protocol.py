@@ -8,13 +8,12 @@ answered everything before it; when the server closes, the test reads to EOF.
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from tests.servers import RunningServer
+from tests.harness import Server, wait_until
 
 from .conftest import ServerPair
 from .rawnats import CONNECT_PLAIN, RawConn, info_of
@@ -93,7 +92,7 @@ def test_pong_from_client_is_silent(port: int) -> None:
         assert conn.barrier() == b""
 
 
-def test_server_pings_and_client_pongs(start: Callable[..., RunningServer]) -> None:
+def test_server_pings_and_client_pongs(start: Callable[..., Server]) -> None:
     """PING/PONG the other way: the server pings an idle client; answering keeps it open."""
     server = start(ping_interval=0.2, ping_max=2)
     with connected(server.port) as conn:
@@ -114,7 +113,7 @@ def test_first_ping_soon_after_connect(port: int) -> None:
         assert not conn.is_closed()
 
 
-def test_stale_connection(start: Callable[..., RunningServer]) -> None:
+def test_stale_connection(start: Callable[..., Server]) -> None:
     server = start(ping_interval=0.2, ping_max=2)
     with connected(server.port) as conn:
         data = conn.read_to_eof()
@@ -367,7 +366,7 @@ def test_invalid_publish_subject_under_pedantic(port: int, subject: bytes) -> No
 
 
 # -- limits and authorization ------------------------------------------------------------------
-def test_max_connections(start: Callable[..., RunningServer]) -> None:
+def test_max_connections(start: Callable[..., Server]) -> None:
     server = start(max_connections=2)
     with connected(server.port) as a, connected(server.port) as b:
         with RawConn(server.port, read_info=False) as c:
@@ -377,12 +376,11 @@ def test_max_connections(start: Callable[..., RunningServer]) -> None:
         assert not a.is_closed() and not b.is_closed()
     # Closing them makes room again, once the server has seen the close (no protocol
     # message can tell when that is, so a refused attempt is retried).
-    deadline = time.monotonic() + 5
-    while True:
+    def let_in() -> bool:
         with RawConn(server.port) as d:
-            if not d.is_closed():
-                break
-        assert time.monotonic() < deadline, "no room after two clients left"
+            return not d.is_closed()
+
+    wait_until(let_in, 5, "room after two clients left", interval=0)
 
 
 @pytest.fixture
@@ -432,7 +430,7 @@ def test_token(kind: str, server_pairs: ServerPair) -> None:
         assert conn.read_to_eof() == ERR_AUTH
 
 
-def test_authentication_timeout(start: Callable[..., RunningServer]) -> None:
+def test_authentication_timeout(start: Callable[..., Server]) -> None:
     server = start(user="alice", password="s3cret", auth_timeout=0.5)
     with RawConn(server.port) as conn:
         assert conn.read_to_eof() == b"-ERR 'Authentication Timeout'\r\n"
@@ -442,7 +440,7 @@ def test_authentication_timeout(start: Callable[..., RunningServer]) -> None:
         assert not conn.is_closed()
 
 
-def test_slow_consumer(start: Callable[..., RunningServer]) -> None:
+def test_slow_consumer(start: Callable[..., Server]) -> None:
     """A subscriber that never reads is closed once the server holds more than max_pending
     bytes for it; the publisher and other clients carry on."""
     # The reference wants max_payload <= max_pending.

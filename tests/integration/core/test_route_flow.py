@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any
 
-from tests.servers import free_port, start_tidings
+from tests.harness import start_tidings
 from tidings.protocol.parser import ServerOpParser
 
 from .rawnats import CONNECT_PLAIN, RawConn
@@ -50,13 +50,10 @@ def read_msgs(peer: RawConn, total: int, timeout: float) -> list[bytes]:
 
 
 def test_a_route_that_does_not_read_loses_nothing() -> None:
-    route_port = free_port()
-    server = start_tidings(
-        extra_args=["--no_streaming", "--cluster", f"nats://127.0.0.1:{route_port}"],
-        max_pending=256 * 1024, max_payload=64 * 1024,
-    )
+    server = start_tidings(extra_args=["--no_streaming"], cluster=True,
+                           max_pending=256 * 1024, max_payload=64 * 1024)
     try:
-        peer = RawConn(route_port, rcvbuf=4096, timeout=30)
+        peer = RawConn(server.ports["route"], rcvbuf=4096, timeout=30)
         peer.send(PEER_CONNECT + PEER_INFO + b"SUB foo RSID:1:1\r\n")
         assert peer.barrier() == b""  # nothing else: the server has no subscriptions
         pub = RawConn(server.port)

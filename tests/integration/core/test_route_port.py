@@ -6,19 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 import urllib.parse
 from collections.abc import Iterator
 
 import pytest
 
-from tests.servers import (
-    RunningServer,
-    free_port,
-    start_configured,
-    start_reference,
-    start_tidings,
-)
+from tests.harness import Server, start_configured, start_reference, start_tidings, wait_until
 
 from .rawnats import CONNECT_PLAIN, RawConn, Timeout
 
@@ -27,17 +20,18 @@ PEER_INFO = b'INFO {"server_id":"NPEER","version":"2.11.0","host":"127.0.0.1","p
 
 
 class Node:
-    def __init__(self, server: RunningServer, route_port: int) -> None:
+    def __init__(self, server: Server, route_port: int) -> None:
         self.server = server
         self.route_port = route_port
 
 
-def start(kind: str, listen: str) -> tuple[RunningServer, int]:
-    route_port = free_port()
-    args = ["--cluster", listen.format(port=route_port), "--cluster_name", "X"]
+def start(kind: str, listen: str) -> tuple[Server, int]:
+    options = {"cluster": listen.format(port=0), "cluster_name": "X"}  # 0: a port of its own
     if kind == "tidings":
-        return start_tidings(extra_args=[*args, "--no_streaming"]), route_port
-    return start_reference(extra_args=args), route_port
+        server = start_tidings(extra_args=["--no_streaming"], **options)
+    else:
+        server = start_reference(**options)
+    return server, server.ports["route"]
 
 
 @pytest.fixture(scope="module", params=["tidings", "reference"])
@@ -135,10 +129,10 @@ ODD_PASSWORD = "p#ss/w@rd:%?"
 def test_a_password_with_url_characters(kind: str) -> None:
     """`cluster { authorization { password } }` with characters a URL gives meaning to: the
     server starts and takes a route that presents it (and refuses one that does not)."""
-    route_port = free_port()
-    conf = (f"cluster {{\n  listen: 127.0.0.1:{route_port}\n  name: X\n"
+    conf = ("cluster {\n  listen: 127.0.0.1:-1\n  name: X\n"
             f'  authorization {{ user: ruser, password: "{ODD_PASSWORD}" }}\n}}\n')
     server = start_configured(kind, conf)
+    route_port = server.ports["route"]
     node = Node(server, route_port)
     try:
         with RawConn(route_port) as peer:
@@ -162,14 +156,12 @@ def test_a_password_with_url_characters(kind: str) -> None:
 def test_a_seed_route_url_with_an_encoded_password() -> None:
     """A route URL's user and password are percent-decoded, as the reference reads them:
     tidings reaches a reference server whose route password has URL characters in it."""
-    ref_route = free_port()
-    conf = (f"cluster {{\n  listen: 127.0.0.1:{ref_route}\n  name: X\n"
+    conf = ("cluster {\n  listen: 127.0.0.1:-1\n  name: X\n"
             f'  authorization {{ user: ruser, password: "{ODD_PASSWORD}" }}\n}}\n')
     reference = start_configured("reference", conf)
     encoded = urllib.parse.quote(ODD_PASSWORD, safe="")
-    ours = start_tidings(extra_args=[
-        "--no_streaming", "--cluster", f"nats://127.0.0.1:{free_port()}", "--cluster_name",
-        "X", "--routes", f"nats://ruser:{encoded}@127.0.0.1:{ref_route}"])
+    ours = start_tidings(extra_args=["--no_streaming"], cluster=True, cluster_name="X", routes=[
+        f"nats://ruser:{encoded}@127.0.0.1:{reference.ports['route']}"])
     try:
         with RawConn(reference.port) as sub, RawConn(ours.port) as pub:
             sub.connect(CONNECT_PLAIN)
@@ -177,13 +169,15 @@ def test_a_seed_route_url_with_an_encoded_password() -> None:
             sub.send(b"SUB across 1\r\n")
             sub.barrier()
             # Probes until the route is up and carries sub's interest (as wait_interest).
-            deadline = time.monotonic() + 30
-            while b"probe" not in sub.buf:
-                assert time.monotonic() < deadline, "no route to the reference"
+
+            def crossed() -> bool:
                 pub.send(b"PUB across 5\r\nprobe\r\n")
                 pub.barrier()
                 with contextlib.suppress(Timeout):
                     sub.read_until(lambda b: b"probe" in b, timeout=0.1)
+                return b"probe" in sub.buf
+
+            wait_until(crossed, 30, "a route to the reference", interval=0)
             assert sub.buf.startswith(b"MSG across 1 5\r\nprobe\r\n")
     finally:
         ours.stop()

@@ -13,19 +13,16 @@ import base64
 import json
 import os
 import signal
-import subprocess
-import sys
 import tempfile
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import nkeys
 import pytest
 
-from tests.servers import _wait_ready, free_port, stop_process, wait_listening
+from tests.harness import Process, refused_port, start_server_process, wait_until
 from tidings.server.monitor import ENDPOINTS
 
 from .rawnats import RawConn
@@ -51,53 +48,47 @@ QUERIES = {"connz": ("", "?auth=1&subs=detail", "?state=all&auth=1&subs=1"),
 
 @dataclass
 class Node:
-    """A tidings server at -DV whose log is kept, with its monitoring port."""
+    """A tidings server at -DV whose log is kept, with its ports (read from its log)."""
 
-    proc: subprocess.Popen[bytes]
-    port: int
-    http: int
-    route_port: int
+    proc: Process
     conf: Path
-    log: Path
+
+    @property
+    def port(self) -> int:
+        return self.proc.ports["client"]
+
+    @property
+    def http(self) -> int:
+        return self.proc.ports["http"]
+
+    @property
+    def route_port(self) -> int:
+        return self.proc.ports["route"]
 
     def get(self, path: str) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.http}{path}", timeout=10) as r:
             return r.read().decode()
 
     def logged(self) -> str:
-        return self.log.read_text(errors="replace")
+        return self.proc.text()
 
 
-def start(tmp: Path, name: str, conf: str, route_port: int, *args: str) -> Node:
-    port, http = free_port(), free_port()
-    conf_path, log_path = tmp / f"{name}.conf", tmp / f"{name}.log"
+def start(tmp: Path, name: str, conf: str, *args: str, streaming: bool = True) -> Node:
+    conf_path = tmp / f"{name}.conf"
     conf_path.write_text(conf)
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1", "-p", str(port),
-             "-m", str(http), "-c", str(conf_path), "-DV", *args],
-            stdout=subprocess.DEVNULL, stderr=log)
-    _wait_ready(port, proc)
-    wait_listening(http, proc)
-    return Node(proc, port, http, route_port, conf_path, log_path)
+    proc = start_server_process("tidings", "-a", "127.0.0.1", "-p", "-1", "-m", "-1", "-c",
+                                str(conf_path), "-DV", *args, streaming=streaming)
+    return Node(proc, conf_path)
 
 
-def until(what: str, check: Callable[[], bool], timeout: float = 20.0) -> None:
-    """Poll `check` (a server's state seen from outside) until it holds, with a bound."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-
-
-def cluster_block(route_port: int, password: str, routes: list[str]) -> str:
+def cluster_block(route_port: int | str, password: str, routes: list[str]) -> str:
     quoted = ", ".join(f'"{r}"' for r in routes)
     return (f"cluster {{\n  listen: 127.0.0.1:{route_port}\n  name: C\n"
             f'  authorization {{ user: ruser, password: "{password}" }}\n'
             f"  routes: [{quoted}]\n}}\n")
 
 
-def a_conf(route_port: int, b_route: int, dead: int, route_pw: str) -> str:
+def a_conf(route_port: int | str, b_route: int, dead: int, route_pw: str) -> str:
     users = (f'authorization {{ users = [ {{user: alice, password: "{ALICE_PW}"}}, '
              f'{{nkey: {NKEY.public_key.decode()}}} ] }}\n')
     return users + cluster_block(route_port, route_pw, [
@@ -111,18 +102,17 @@ def nodes() -> Iterator[tuple[Node, Node, int]]:
     """B: a token, route authorization, streaming on. A: users (a password and an NKey),
     route authorization, routes to B and to a port where nothing listens."""
     tmp = Path(tempfile.mkdtemp(prefix="tidings-secrets-"))
-    b_route, a_route, dead = free_port(), free_port(), free_port()
-    b = start(tmp, "b", f'authorization {{ token: "{TOKEN}" }}\n'
-              + cluster_block(b_route, ROUTE_PW, []), b_route)
-    try:
-        a = start(tmp, "a", a_conf(a_route, b_route, dead, ROUTE_PW), a_route,
-                  "--no_streaming")
-    except BaseException:
-        stop_process(b.proc)
-        raise
-    yield a, b, dead
-    for node in (a, b):
-        stop_process(node.proc)
+    with refused_port() as dead:  # nothing listens there while the module runs
+        b = start(tmp, "b", f'authorization {{ token: "{TOKEN}" }}\n'
+                  + cluster_block(-1, ROUTE_PW, []))
+        try:
+            a = start(tmp, "a", a_conf(-1, b.route_port, dead, ROUTE_PW), streaming=False)
+        except BaseException:
+            b.proc.stop()
+            raise
+        yield a, b, dead
+        for node in (a, b):
+            node.proc.stop()
 
 
 def nkey_login(port: int) -> bytes:
@@ -158,7 +148,7 @@ def use(a: Node, b: Node) -> None:
         sub.connect(b'CONNECT {"verbose":false,"auth_token":"%s"}\r\n' % TOKEN.encode())
         sub.send(b"SUB across 1\r\n")
         sub.barrier()
-        until("B's interest reaches A", lambda: '"across"' in a.get("/routez?subs=1"))
+        wait_until(lambda: '"across"' in a.get("/routez?subs=1"), 20, "B's interest reaches A")
         pub.connect(b'CONNECT {"verbose":false,"user":"alice","pass":"%s"}\r\n'
                     % ALICE_PW.encode())
         pub.send(b"PUB across 2\r\nhi\r\n")
@@ -174,17 +164,17 @@ def use(a: Node, b: Node) -> None:
 def reload_new_cluster_credentials(a: Node, b_route: int, dead: int) -> None:
     """A reload that would change the cluster's credentials: refused, and logged."""
     a.conf.write_text(a_conf(a.route_port, b_route, dead, NEW_ROUTE_PW))
-    a.proc.send_signal(signal.SIGHUP)
-    until("the refused reload is logged", lambda: "Failed to reload" in a.logged())
+    mark = a.proc.mark()
+    a.proc.proc.send_signal(signal.SIGHUP)
+    a.proc.wait_for("Failed to reload", 20, since=mark)
 
 
 def test_no_secret_in_monitoring_or_logs(nodes: tuple[Node, Node, int]) -> None:
     a, b, dead = nodes
     for node in (a, b):
-        until("the route between A and B",
-              lambda node=node: json.loads(node.get("/routez"))["num_routes"] == 1)
-    until("A tries the route to nowhere",
-          lambda: "Error trying to connect to route" in a.logged())
+        wait_until(lambda node=node: json.loads(node.get("/routez"))["num_routes"] == 1, 20,
+                   "the route between A and B")
+    a.proc.wait_for("Error trying to connect to route", 20)  # A tries the route to nowhere
     use(a, b)
     shown = []
     for node in (a, b):
@@ -193,7 +183,7 @@ def test_no_secret_in_monitoring_or_logs(nodes: tuple[Node, Node, int]) -> None:
     shown += [b.get(path) for path in STREAMING_PATHS]
     reload_new_cluster_credentials(a, b.route_port, dead)
     for node in (a, b):
-        stop_process(node.proc)
+        node.proc.stop()
     logs = {"A": a.logged(), "B": b.logged()}
     secrets = (ALICE_PW, ROUTE_PW, TOKEN, WRONG_PW, WRONG_TOKEN, OTHER_PW, WRONG_ROUTE_PW,
                NEW_ROUTE_PW, NKEY_SEED.decode())

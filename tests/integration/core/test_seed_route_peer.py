@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.servers import RunningServer, free_port, start_tidings
+from tests.harness import Server, start_tidings
 
 from .rawnats import CONNECT_PLAIN, RawConn
 
@@ -34,7 +34,7 @@ ROUTE_USER, ROUTE_PASS = "ruser", "s3cret"
 class Seeded:
     """A tidings server with a route port, and how the peer joins it."""
 
-    srv: RunningServer
+    srv: Server
     route_port: int
     order: str  # "seed": INFO first; "reference": CONNECT first
     guarded: bool  # the route port wants credentials
@@ -60,12 +60,10 @@ class Seeded:
         return peer
 
 
-def start_seeded(guarded: bool) -> tuple[RunningServer, int]:
-    route_port = free_port()
+def start_seeded(guarded: bool) -> tuple[Server, int]:
     auth = f"{ROUTE_USER}:{ROUTE_PASS}@" if guarded else ""
-    srv = start_tidings(extra_args=["--no_streaming", "--cluster",
-                                    f"nats://{auth}127.0.0.1:{route_port}"])
-    return srv, route_port
+    srv = start_tidings(extra_args=["--no_streaming"], cluster=f"nats://{auth}127.0.0.1:0")
+    return srv, srv.ports["route"]
 
 
 @pytest.fixture(params=[("seed", False), ("reference", False), ("reference", True)],
@@ -77,7 +75,7 @@ def server(request: pytest.FixtureRequest) -> Iterator[Seeded]:
     srv.stop()
 
 
-def client(srv: RunningServer) -> RawConn:
+def client(srv: Server) -> RawConn:
     c = RawConn(srv.port)
     c.connect(CONNECT_PLAIN)
     return c

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from tests.servers import start_tidings
+from tests.harness import start_tidings
 
 from .rawnats import CONNECT_PLAIN, RawConn
 

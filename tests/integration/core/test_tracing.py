@@ -18,7 +18,7 @@ from typing import Any
 import nats
 import pytest
 
-from tests.servers import RunningServer
+from tests.harness import Server
 
 from .conftest import ServerPair
 from .rawnats import CONNECT_PLAIN, RawConn
@@ -28,7 +28,7 @@ GO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d
 
 
 @pytest.fixture(params=["tidings", "reference"])
-def server(request: pytest.FixtureRequest, server_pairs: ServerPair) -> RunningServer:
+def server(request: pytest.FixtureRequest, server_pairs: ServerPair) -> Server:
     return server_pairs.get(request.param, "default")
 
 
@@ -111,7 +111,7 @@ class Scene:
     """A tracer, two subscribers (one without header support) and a publisher with echo off
     that also subscribes (so its egress is refused: no echo), on subjects of their own under `prefix`."""
 
-    def __init__(self, server: RunningServer, prefix: bytes, verbose: bool = False) -> None:
+    def __init__(self, server: Server, prefix: bytes, verbose: bool = False) -> None:
         self.prefix = prefix
         self.tracer = RawConn(server.port)
         self.tracer.connect(b'CONNECT {"verbose":false,"headers":true,"name":"tracer"}\r\n')
@@ -208,7 +208,7 @@ CASES: dict[str, list[str]] = {
 }
 
 
-def _play(server: RunningServer, verbose: bool = False) -> dict[str, Any]:
+def _play(server: Server, verbose: bool = False) -> dict[str, Any]:
     prefix = b"tr%d" % next(_ids)
     scene = Scene(server, prefix, verbose)
     p = prefix.decode()
@@ -237,7 +237,7 @@ def test_trace_events_match_the_reference(server_pairs: ServerPair, verbose: boo
         assert ours[name] == theirs[name], name
 
 
-def test_trace_only_is_traced_not_delivered(server: RunningServer) -> None:
+def test_trace_only_is_traced_not_delivered(server: Server) -> None:
     prefix = b"tr%d" % next(_ids)
     scene = Scene(server, prefix)
     try:
@@ -264,7 +264,7 @@ def test_trace_only_is_traced_not_delivered(server: RunningServer) -> None:
         scene.close()
 
 
-async def test_natspy_trace_only(server: RunningServer) -> None:
+async def test_natspy_trace_only(server: Server) -> None:
     """nats-py sends the headers: the event arrives, subscribers get nothing."""
     subject = f"trpy{next(_ids)}"
     nc = await nats.connect(server.url, allow_reconnect=False, connect_timeout=5)
@@ -282,7 +282,7 @@ async def test_natspy_trace_only(server: RunningServer) -> None:
         await nc.close()
 
 
-async def test_natspy_traced_request(server: RunningServer) -> None:
+async def test_natspy_traced_request(server: Server) -> None:
     """A traced request is answered and traced; a trace-only request to nobody gets the
     no-responders status (and its event)."""
     subject = f"trpy{next(_ids)}"
@@ -319,7 +319,7 @@ def test_info_has_no_api_level(server_pairs: ServerPair) -> None:
         assert "api_lvl" not in conn.info
 
 
-def _oversized(server: RunningServer) -> tuple[bytes, dict[str, Any]]:
+def _oversized(server: Server) -> tuple[bytes, dict[str, Any]]:
     """An HPUB over max_payload (64 in the "small" configuration) that asks for tracing."""
     prefix = b"tr%d" % next(_ids)
     with RawConn(server.port) as tracer, RawConn(server.port) as pub:

@@ -6,6 +6,7 @@ a WebSocket client that stops reading, wss://, and the configuration errors."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import signal
 import socket
@@ -23,14 +24,8 @@ from nats.aio.client import Client as NATS
 
 import tidings.client
 import tidings.turns
+from tests.harness import Process, nats_server_binary, start_server_process
 from tests.messaging import synced
-from tests.servers import (
-    _wait_ready,
-    free_port,
-    nats_server_binary,
-    stop_process,
-    wait_listening,
-)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -41,10 +36,19 @@ GOOD_ORIGIN = "http://good.example:8080"
 @dataclass
 class WsServer:
     kind: str
-    port: int
-    ws_port: int
-    proc: subprocess.Popen[bytes]
-    log: Path
+    process: Process
+
+    @property
+    def port(self) -> int:
+        return self.process.ports["client"]
+
+    @property
+    def ws_port(self) -> int:
+        return self.process.ports["websocket"]
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        return self.process.proc
 
     @property
     def url(self) -> str:
@@ -54,8 +58,11 @@ class WsServer:
     def ws_url(self) -> str:
         return f"ws://127.0.0.1:{self.ws_port}"
 
+    def log_text(self) -> str:
+        return self.process.text()
+
     def stop(self) -> None:
-        stop_process(self.proc)
+        self.process.stop()
 
 
 def command(kind: str, conf: Path) -> list[str]:
@@ -64,17 +71,15 @@ def command(kind: str, conf: Path) -> list[str]:
     return [nats_server_binary(), "-c", str(conf)]
 
 
+_names = itertools.count()
+
+
 def start(kind: str, tmp: Path, ws_block: str, top: str = "") -> WsServer:
-    port, ws_port = free_port(), free_port()
-    conf = tmp / f"{kind}-{port}.conf"
-    conf.write_text(f"listen: 127.0.0.1:{port}\n{top}\n"
-                    f"websocket {{\n  listen: 127.0.0.1:{ws_port}\n{ws_block}\n}}\n")
-    log = tmp / f"{kind}-{port}.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(command(kind, conf), stdout=out, stderr=subprocess.STDOUT)
-    _wait_ready(port, proc)
-    wait_listening(ws_port, proc)
-    return WsServer(kind, port, ws_port, proc, log)
+    """A server of `kind` with a WebSocket listener (`ws_block`), both on ports of its own."""
+    conf = tmp / f"{kind}-{next(_names)}.conf"
+    conf.write_text(f"listen: 127.0.0.1:-1\n{top}\n"
+                    f"websocket {{\n  listen: 127.0.0.1:-1\n{ws_block}\n}}\n")
+    return WsServer(kind, start_server_process(kind, "-c", str(conf), streaming=True))
 
 
 @pytest.fixture(scope="module")
@@ -390,7 +395,7 @@ async def test_stuck_ws_reader_is_a_slow_consumer(kind: str, tmp_path: Path) -> 
         await session.close()
     finally:
         srv.stop()
-    assert "slow consumer" in srv.log.read_text().lower()
+    assert "slow consumer" in srv.log_text().lower()
 
 
 # -- shutdown -----------------------------------------------------------------------------------
@@ -441,7 +446,7 @@ async def test_wss_with_certificates_made_now(kind: str, tmp_path: Path) -> None
     finally:
         srv.stop()
     assert f"Listening for websocket clients on wss://127.0.0.1:{srv.ws_port}" in \
-        srv.log.read_text()
+        srv.log_text()
 
 
 # -- the configuration ----------------------------------------------------------------------------
@@ -504,7 +509,7 @@ async def test_ws_reader_keeping_up_gets_a_burst_bigger_than_max_pending(
             await tcp.close()
     finally:
         srv.stop()
-    assert "slow consumer" not in srv.log.read_text().lower()
+    assert "slow consumer" not in srv.log_text().lower()
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -130,7 +130,7 @@ def test_the_unmasked_frame_is_logged_as_a_read_error(servers: dict[str, WsServe
         with RawWebSocket(server.ws_port) as ws:  # a barrier: the log line came before
             ws.send(frame(BINARY, CONNECT + b"PING\r\n"))
             ws.outcome(until=b"PONG\r\n")
-        lines = [line for line in server.log.read_text().splitlines()
+        lines = [line for line in server.log_text().splitlines()
                  if "read error: mask bit missing" in line]
         assert lines and "[ERR]" in lines[0], (kind, lines)
 
@@ -333,5 +333,5 @@ def test_still_serving_after_all_that(servers: dict[str, WsServer]) -> None:
         with RawWebSocket(server.ws_port) as ws:
             ws.send(frame(BINARY, CONNECT + b"PING\r\n"))
             assert ws.outcome(until=b"PONG\r\n").data == b"PONG\r\n", kind
-    log = servers["tidings"].log.read_text()
+    log = servers["tidings"].log_text()
     assert "Traceback" not in log and "internal error" not in log, log[-3000:]
