@@ -1,31 +1,21 @@
-"""Fixtures for the client tests: connected clients, restartable servers of either kind, a TCP
-proxy that can freeze (a half-open connection), and a self-signed certificate for TLS."""
+"""Fixtures for the client tests: connected clients, restartable servers of either kind and a
+self-signed certificate for TLS (the proxy that freezes, `proxy_factory`, is the harness's)."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
-import socket
 import ssl
 import subprocess
-import tempfile
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import tidings.client
-from tests.servers import (
-    RunningServer,
-    free_port,
-    nats_server_binary,
-    start_reference,
-    start_tidings,
-)
+from tests.harness import Server, start_reference, start_tidings
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
@@ -39,14 +29,14 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
     return factories
 
 
-STARTERS: dict[str, Callable[..., RunningServer]] = {
+STARTERS: dict[str, Callable[..., Server]] = {
     "tidings": start_tidings,
     "reference": start_reference,
 }
 
 
 @pytest.fixture
-async def nc(any_server: RunningServer) -> AsyncIterator[tidings.client.Client]:
+async def nc(any_server: Server) -> AsyncIterator[tidings.client.Client]:
     """A client connected to the parametrised server (tidings, then the reference)."""
     client = await tidings.client.connect(any_server.url, name="test")
     yield client
@@ -68,16 +58,17 @@ class Servers:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.running: list[RunningServer] = []
+        self.running: list[Server] = []
 
-    def start(self, port: int | None = None, **options: Any) -> RunningServer:
-        server = STARTERS[self.kind](port=port, **options)
+    def start(self, **options: Any) -> Server:
+        server = STARTERS[self.kind](**options)
         self.running.append(server)
         return server
 
-    async def restart(self, old: RunningServer) -> RunningServer:
-        """Start a new server on `old`'s port (and options) without blocking the loop."""
-        return await asyncio.to_thread(self.start, old.port, **old.options)
+    async def restart(self, old: Server) -> Server:
+        """Start `old` (stopped or killed) again on its port, with its options, without
+        blocking the loop."""
+        return await asyncio.to_thread(old.start)
 
     def stop_all(self) -> None:
         for server in self.running:
@@ -90,84 +81,6 @@ def servers(request: pytest.FixtureRequest) -> Iterator[Servers]:
     s = Servers(request.param)
     yield s
     s.stop_all()
-
-
-@dataclass
-class Proxy:
-    """A TCP proxy on loopback; `freeze()` stops forwarding and reading, sockets left open;
-    `drop()` closes the connections (as a server that dies would) and keeps accepting."""
-
-    target_port: int
-    port: int = 0
-    accepted: int = 0
-    _server: asyncio.AbstractServer | None = None
-    _pumps: list[asyncio.Task[None]] = field(default_factory=list)
-    _writers: list[asyncio.StreamWriter] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        self._writers += [writer, up_writer]
-        self._pumps.append(asyncio.create_task(self._pump(reader, up_writer)))
-        self._pumps.append(asyncio.create_task(self._pump(up_reader, writer)))
-
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                data = await reader.read(65536)
-                if not data:
-                    break
-                writer.write(data)
-                await writer.drain()
-        except asyncio.CancelledError:
-            return  # frozen: the sockets stay open, nothing moves
-        except OSError:
-            pass
-        writer.close()
-
-    def freeze(self) -> None:
-        """Every current connection goes silent both ways; new connections work normally."""
-        for task in self._pumps:
-            task.cancel()
-        self._pumps = []
-
-    def drop(self) -> None:
-        """Close every current connection both ways; new connections work normally."""
-        self.freeze()
-        for w in self._writers:
-            w.close()
-        self._writers = []
-
-    async def close(self) -> None:
-        for task in self._pumps:
-            task.cancel()
-        for w in self._writers:
-            w.close()
-        if self._server is not None:
-            self._server.close()
-
-
-@pytest.fixture
-async def proxy_factory() -> AsyncIterator[Callable[[int], Any]]:
-    proxies: list[Proxy] = []
-
-    async def make(target_port: int) -> Proxy:
-        p = Proxy(target_port)
-        await p.start()
-        proxies.append(p)
-        return p
-
-    yield make
-    for p in proxies:
-        await p.close()
 
 
 @dataclass
@@ -227,31 +140,3 @@ class Events:
 @pytest.fixture
 def events() -> Events:
     return Events()
-
-
-def start_reference_config(config: str) -> RunningServer:
-    """A reference nats-server from a config text, ready once its port accepts connections.
-
-    For set-ups where the server says nothing first (TLS handshake first), which the shared
-    starter cannot wait for."""
-    port = free_port()
-    fd, conf = tempfile.mkstemp(suffix=".conf", prefix="nats-client-test-")
-    with os.fdopen(fd, "w") as f:
-        f.write(config)
-    proc = subprocess.Popen(
-        [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-c", conf],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 15
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"nats-server exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("nats-server did not start") from None
-            time.sleep(0.02)
-    return RunningServer("reference", port, proc, {}, [conf])

@@ -17,10 +17,10 @@ import nkeys
 import pytest
 
 import tidings.client
-from tests.servers import free_port, start_reference
+from tests.harness import start_configured, start_reference
 from tidings.client import errors
 
-from .conftest import Cert, Servers, start_reference_config
+from .conftest import Cert, Servers
 
 
 async def _roundtrip(nc: tidings.client.Client, subject: str = "auth.ok") -> bytes:
@@ -131,8 +131,8 @@ async def test_jwt_creds_file(tmp_path: Path) -> None:
     good.write_text(_creds(_jwt(account, user.public_key.decode(), "u", user_claims), user_seed))
     bad = tmp_path / "stranger.creds"
     bad.write_text(_creds(_jwt(stranger, user.public_key.decode(), "u", user_claims), user_seed))
-    server = start_reference_config(
-        f'operator: "{op_jwt}"\nresolver: MEMORY\n'
+    server = start_configured(
+        "reference", f'operator: "{op_jwt}"\nresolver: MEMORY\n'
         f'resolver_preload: {{ {account.public_key.decode()}: "{acc_jwt}" }}\n'
     )
     try:
@@ -169,7 +169,8 @@ async def test_tls_upgrade_after_info(tls_cert: Cert) -> None:
 
 
 async def test_tls_handshake_first(tls_cert: Cert) -> None:
-    server = start_reference_config("tls: " + _tls_block(tls_cert, ", handshake_first: true"))
+    server = start_configured("reference",
+                              "tls: " + _tls_block(tls_cert, ", handshake_first: true"))
     try:
         nc = await tidings.client.connect(
             server.url, tls=tls_cert.client_context(), tls_handshake_first=True
@@ -196,8 +197,8 @@ async def test_tls_wanted_but_not_offered(any_server: object) -> None:
 
 
 async def test_websocket() -> None:
-    ws_port = free_port()
-    server = start_reference(websocket=f"{{ listen: \"127.0.0.1:{ws_port}\", no_tls: true }}")
+    server = start_reference(websocket='{ listen: "127.0.0.1:-1", no_tls: true }')
+    ws_port = server.ports["websocket"]
     try:
         nc = await tidings.client.connect(f"ws://127.0.0.1:{ws_port}")
         tcp = await tidings.client.connect(server.url)
@@ -223,10 +224,10 @@ async def test_websocket() -> None:
 
 
 async def test_secure_websocket(tls_cert: Cert) -> None:
-    ws_port = free_port()
     server = start_reference(
-        websocket=f"{{ listen: \"127.0.0.1:{ws_port}\", tls: {_tls_block(tls_cert)} }}"
+        websocket=f'{{ listen: "127.0.0.1:-1", tls: {_tls_block(tls_cert)} }}'
     )
+    ws_port = server.ports["websocket"]
     try:
         nc = await tidings.client.connect(
             f"wss://127.0.0.1:{ws_port}", tls=tls_cert.client_context()

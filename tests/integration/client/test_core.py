@@ -11,11 +11,11 @@ import asyncio
 import pytest
 
 import tidings.client
-from tests.servers import RunningServer
+from tests.harness import Server
 from tidings.client import Client, Msg, errors
 
 
-async def test_connect_reports_state(nc: Client, any_server: RunningServer) -> None:
+async def test_connect_reports_state(nc: Client, any_server: Server) -> None:
     assert nc.is_connected
     assert not nc.is_closed
     assert nc.connected_url is not None
@@ -168,7 +168,7 @@ async def test_unsubscribe_stops_delivery(nc: Client) -> None:
         await sub.unsubscribe()
 
 
-async def test_flush_orders_publishes(nc: Client, any_server: RunningServer) -> None:
+async def test_flush_orders_publishes(nc: Client, any_server: Server) -> None:
     other = await tidings.client.connect(any_server.url)
     try:
         sub = await other.subscribe("core.flush")
@@ -198,7 +198,7 @@ async def test_bad_subjects(nc: Client) -> None:
         await nc.publish("ok", b"", reply="bad\r\nreply")
 
 
-async def test_drain_handles_queued_messages(any_server: RunningServer) -> None:
+async def test_drain_handles_queued_messages(any_server: Server) -> None:
     closed = asyncio.Event()
     nc = await tidings.client.connect(any_server.url, closed_cb=closed.set)
     handled: list[bytes] = []
@@ -226,7 +226,7 @@ async def test_drain_handles_queued_messages(any_server: RunningServer) -> None:
         await nc.publish("core.drain", b"late")
 
 
-async def test_close_is_idempotent_and_ends_consumers(any_server: RunningServer) -> None:
+async def test_close_is_idempotent_and_ends_consumers(any_server: Server) -> None:
     events: list[str] = []
     nc = await tidings.client.connect(
         any_server.url,
@@ -250,7 +250,7 @@ async def test_close_is_idempotent_and_ends_consumers(any_server: RunningServer)
         await nc.flush()
 
 
-async def test_no_echo(any_server: RunningServer) -> None:
+async def test_no_echo(any_server: Server) -> None:
     nc = await tidings.client.connect(any_server.url, no_echo=True)
     other = await tidings.client.connect(any_server.url)
     try:
@@ -266,24 +266,20 @@ async def test_no_echo(any_server: RunningServer) -> None:
         await other.close()
 
 
-async def test_context_manager_and_connect_refused() -> None:
-    from tests.servers import free_port
-
+async def test_context_manager_and_connect_refused(refused_port: int) -> None:
     with pytest.raises(errors.NoServersError):
-        await tidings.client.connect(f"nats://127.0.0.1:{free_port()}", connect_timeout=1)
+        await tidings.client.connect(f"nats://127.0.0.1:{refused_port}", connect_timeout=1)
 
 
-async def test_close_after_a_failed_connect_returns() -> None:
-    from tests.servers import free_port
-
+async def test_close_after_a_failed_connect_returns(refused_port: int) -> None:
     nc = tidings.client.Client()
     with pytest.raises(errors.NoServersError):
-        await nc.connect(f"nats://127.0.0.1:{free_port()}", connect_timeout=1)
+        await nc.connect(f"nats://127.0.0.1:{refused_port}", connect_timeout=1)
     await asyncio.wait_for(nc.close(), 5)  # hung forever: the closed future was never set
     assert nc.is_closed
 
 
-async def test_nats_py_style_client_class(any_server: RunningServer) -> None:
+async def test_nats_py_style_client_class(any_server: Server) -> None:
     nc = tidings.client.NATS()
     await nc.connect(servers=[any_server.url])
     async with nc:

@@ -10,13 +10,13 @@ import signal
 import pytest
 
 import tidings.client
-from tests.servers import RunningServer, free_port, start_reference
+from tests.harness import Server, start_reference
 from tidings.client import Msg, errors
 
 from .conftest import Events
 
 
-async def test_slow_consumer_event_once_per_episode(any_server: RunningServer,
+async def test_slow_consumer_event_once_per_episode(any_server: Server,
                                                     events: Events) -> None:
     nc = await tidings.client.connect(any_server.url, event_cb=events)
     try:
@@ -38,7 +38,7 @@ async def test_slow_consumer_event_once_per_episode(any_server: RunningServer,
         await nc.close()
 
 
-async def test_pending_bytes_limit(any_server: RunningServer, events: Events) -> None:
+async def test_pending_bytes_limit(any_server: Server, events: Events) -> None:
     nc = await tidings.client.connect(any_server.url, event_cb=events)
     try:
         sub = await nc.subscribe("ev.bytes", pending_bytes_limit=1000)
@@ -53,7 +53,7 @@ async def test_pending_bytes_limit(any_server: RunningServer, events: Events) ->
         await nc.close()
 
 
-async def test_callback_error_goes_to_error_cb(any_server: RunningServer) -> None:
+async def test_callback_error_goes_to_error_cb(any_server: Server) -> None:
     seen: list[Exception] = []
     got_error = asyncio.Event()
 
@@ -124,11 +124,9 @@ async def test_lame_duck_mode_event(events: Events) -> None:
 
 
 async def test_discovered_servers_join_the_pool(events: Events) -> None:
-    ca, cb = free_port(), free_port()
-    a = start_reference(cluster=f'{{ name: "c", listen: "127.0.0.1:{ca}" }}')
-    b = start_reference(
-        cluster=f'{{ name: "c", listen: "127.0.0.1:{cb}", routes: ["nats://127.0.0.1:{ca}"] }}'
-    )
+    a = start_reference(config='cluster { name: "c", listen: "127.0.0.1:-1" }')
+    b = start_reference(config=f'cluster {{ name: "c", listen: "127.0.0.1:-1", routes: '
+                               f'["nats://127.0.0.1:{a.ports["route"]}"] }}')
     try:
         # `a` by name: INFO's connect_urls name it 127.0.0.1, which is the same server.
         nc = await tidings.client.connect(
@@ -154,7 +152,7 @@ async def test_discovered_servers_join_the_pool(events: Events) -> None:
         b.stop()
 
 
-async def test_publisher_held_at_soft_limit_loses_nothing(any_server: RunningServer) -> None:
+async def test_publisher_held_at_soft_limit_loses_nothing(any_server: Server) -> None:
     nc = await tidings.client.connect(any_server.url)
     rx = await tidings.client.connect(any_server.url)
     try:
@@ -175,7 +173,7 @@ async def test_publisher_held_at_soft_limit_loses_nothing(any_server: RunningSer
 
 
 @pytest.mark.parametrize("size", [0, 4095, 4096, 100_000])
-async def test_large_payload_with_headers(any_server: RunningServer, size: int) -> None:
+async def test_large_payload_with_headers(any_server: Server, size: int) -> None:
     nc = await tidings.client.connect(any_server.url)
     try:
         sub = await nc.subscribe("ev.big")
