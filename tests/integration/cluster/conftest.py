@@ -1,6 +1,11 @@
 """Clusters of real servers for the cluster tests: tidings, the reference nats-server, or both
-mixed, routed on 127.0.0.1 with free ports. The same tests run on every kind, so that they
-check the test as much as the server."""
+mixed, routed on 127.0.0.1, every port the server's own choice. The same tests run on every
+kind, so that they check the test as much as the server.
+
+Route ports are read back from each server's log, so a server can only be given routes to
+servers started before it. A seed that names a later member (two servers routing to each
+other, `seeds = {0: [1], 1: [0]}`) is given by restarting the earlier member, on its same
+ports, once the later one listens: both then solicit each other, as configured."""
 
 from __future__ import annotations
 
@@ -8,14 +13,14 @@ import asyncio
 import itertools
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import nats
 import pytest
 from nats.aio.client import Client as NATS
 
+from tests.harness import Server, start_reference, start_tidings
 from tests.messaging import synced
-from tests.servers import RunningServer, free_port, start_reference, start_tidings
 
 # A cluster is named by its servers' kinds: "t" tidings, "r" reference. The first is the
 # seed the others have routes to (so a mesh between the others needs gossip).
@@ -31,9 +36,18 @@ _ids = itertools.count()
 @dataclass
 class Member:
     kind: str
-    route_port: int
-    port: int = field(default_factory=free_port)
-    server: RunningServer | None = None
+    server: Server | None = None
+
+    @property
+    def port(self) -> int:
+        """Its client port (once started: the servers choose their ports)."""
+        assert self.server is not None, "not started yet"
+        return self.server.port
+
+    @property
+    def route_port(self) -> int:
+        assert self.server is not None, "not started yet"
+        return self.server.ports.get("route") or int(self.server.cluster_url.rsplit(":", 1)[1])
 
     @property
     def url(self) -> str:
@@ -50,40 +64,43 @@ class Cluster:
 
     def __init__(self, kinds: str, name: str = "tc") -> None:
         self.name = name
-        self.members = [Member(k, free_port()) for k in kinds]
+        self.members = [Member(k) for k in kinds]
         self.seeds: dict[int, list[int]] = {i: [0] for i in range(1, len(kinds))}
 
     def args(self, i: int) -> list[str]:
-        m = self.members[i]
-        args = ["--cluster", m.route_url]
-        if self.name:  # without one the servers agree on a name of their own
-            args += ["--cluster_name", self.name]
-        seeds = self.seeds.get(i)
-        if seeds:
-            args += ["--routes", ",".join(self.members[s].route_url for s in seeds)]
-        if m.kind == "t":
+        """More flags of member i (the cluster's listener and routes are its options)."""
+        args = ["--cluster_name", self.name] if self.name else []
+        # (without a name the servers agree on a name of their own)
+        if self.members[i].kind == "t":
             args.append("--no_streaming")
         return args
 
-    def start(self, i: int) -> RunningServer:
+    def _routes(self, i: int) -> list[str]:
+        """Routes to the seeds of member i that listen already."""
+        return [self.members[s].route_url for s in self.seeds.get(i, ())
+                if self.members[s].server is not None]
+
+    def start(self, i: int) -> Server:
+        """Start member i: the first time on ports of its own, then on the same ones."""
         m = self.members[i]
+        if m.server is not None:
+            return m.server.start()
         start = start_tidings if m.kind == "t" else start_reference
-        m.server = start(m.port, extra_args=self.args(i))
+        m.server = start(extra_args=self.args(i), cluster=True, routes=self._routes(i))
         return m.server
 
     def start_all(self) -> None:
-        """The first start: a member whose server exits at once gets fresh ports and another
-        try (a port chosen free may be taken by someone else before the server binds it; seen
-        once in a clean-clone run). Restarts keep the ports."""
+        """Start every member in order; then a member whose seeds include a later one is
+        restarted with the routes to all of its seeds."""
+        for i in range(len(self.members)):
+            self.start(i)
         for i, m in enumerate(self.members):
-            for attempt in range(3):
-                try:
-                    self.start(i)
-                    break
-                except RuntimeError:
-                    if attempt == 2:
-                        raise
-                    m.port, m.route_port = free_port(), free_port()
+            routes = self._routes(i)
+            assert m.server is not None
+            if routes != m.server.options.route_urls:
+                m.server.stop()
+                m.server.options.routes = routes
+                m.server.start()
 
     def kill(self, i: int) -> None:
         server = self.members[i].server
@@ -101,14 +118,6 @@ class Cluster:
 
 async def connect(url: str, **kw: object) -> NATS:
     return await nats.connect(url, **kw)  # type: ignore[arg-type]
-
-
-async def eventually(pred: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Until pred() holds (messages still crossing a route), failing after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 async def wait_interest(pub: NATS, sub: NATS, subject: str, timeout: float = 30.0) -> None:

@@ -14,9 +14,10 @@ import pytest
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
+from tests.harness import eventually
 from tests.messaging import synced
 
-from .conftest import Cluster, connect, eventually, wait_interest
+from .conftest import Cluster, connect, wait_interest
 
 _ids = itertools.count()
 END = b"END"
@@ -129,7 +130,7 @@ async def test_queue_group_delivers_once_cluster_wide(cluster: Cluster) -> None:
     def delivered() -> list[bytes]:
         return [m for coll in members for m in coll if m != END]
 
-    await eventually(lambda: len(delivered()) >= count)
+    await eventually(lambda: len(delivered()) >= count, 30)
     await synced(b)
     await synced(c)
     assert len(delivered()) == count
@@ -154,7 +155,7 @@ async def test_queue_group_members_take_turns_cluster_wide(cluster: Cluster) -> 
         await nc.subscribe(base, queue="g", cb=take)
     total = 600
     await publish_numbered(a, base, total, (a, b, c))
-    await eventually(lambda: sum(counts.values()) >= total)
+    await eventually(lambda: sum(counts.values()) >= total, 30)
     for nc in (a, b, c):
         await synced(nc)
     assert sum(counts.values()) == total

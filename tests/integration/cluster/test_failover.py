@@ -10,9 +10,10 @@ import itertools
 import pytest
 from nats.aio.msg import Msg
 
+from tests.harness import eventually
 from tidings.client import Client
 
-from .conftest import Cluster, connect, eventually, wait_interest, wait_mesh
+from .conftest import Cluster, connect, wait_interest, wait_mesh
 
 pytestmark = pytest.mark.timeout(90)
 _ids = itertools.count()
@@ -42,9 +43,9 @@ async def test_a_server_dies_and_comes_back(fresh_cluster, kinds: str, victim: i
     # (The victim may learn a server's client URL from a route INFO after the mesh carries
     # messages; it then sends the client an asynchronous INFO.)
     await eventually(lambda: {u.port for u in py.discovered_servers}
-                     == {cluster.members[i].port for i in others})
+                     == {cluster.members[i].port for i in others}, 30)
     await eventually(lambda: {u.port for u in ours.discovered_servers}
-                     == {cluster.members[i].port for i in others})
+                     == {cluster.members[i].port for i in others}, 30)
 
     topic = subject("fo")
     got_py: list[bytes] = []
@@ -62,7 +63,7 @@ async def test_a_server_dies_and_comes_back(fresh_cluster, kinds: str, victim: i
     first, second = [await connect(cluster.url(i)) for i in others]
     await wait_interest(first, py, subject("probe"))
     await first.publish(topic, b"before")
-    await eventually(lambda: got_py == [b"before"] and got_ours == [b"before"])
+    await eventually(lambda: got_py == [b"before"] and got_ours == [b"before"], 30)
 
     cluster.kill(victim)
     # The others carry on.
