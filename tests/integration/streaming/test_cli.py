@@ -15,14 +15,15 @@ from zlib import crc32
 
 import pytest
 
-from tests.servers import RunningServer, start_tidings
+from tests.harness import Process, Server, eventually, start_tidings, tidings_command
 from tidings.client import connect as nats_connect
 from tidings.client import errors as nerr
 from tidings.streaming.client import connect as stan_connect
 from tidings.streaming.pb import filestore_pb2 as spb
 from tidings.streaming.pb import protocol_pb2 as pb
+from tidings.testing.process import ports_in
 
-from .conftest import Inbox, free_port, wait_for
+from .conftest import Inbox
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -55,20 +56,16 @@ def get_json(port: int, path: str) -> dict:
 
 @pytest.fixture
 def servers():
-    started: list[RunningServer | subprocess.Popen] = []
+    started: list[Server] = []
     yield started
     for s in started:
-        if isinstance(s, RunningServer):
-            s.stop()
-        elif s.poll() is None:
-            s.terminate()
-            s.wait(10)
+        s.stop()
 
 
 async def test_server_runs_streaming_by_default_with_monitoring(servers):
-    mport = free_port()
-    srv = start_tidings(extra_args=["-m", str(mport)])
+    srv = start_tidings(extra_args=["-m", "-1"])
     servers.append(srv)
+    mport = srv.ports["http"]
     await wait_streaming(srv.url)
     sc = await stan_connect("test-cluster", "cli", url=srv.url)
     try:
@@ -129,10 +126,10 @@ async def test_file_store_cluster_id_and_config_survive_a_restart(servers, tmp_p
         await m.ack()
     await sub.close()
     await sc.close()
-    srv.proc.send_signal(signal.SIGTERM)
-    assert srv.proc.wait(15) == 0
-    srv2 = start_tidings(port=srv.port, extra_args=args)
-    servers.append(srv2)
+    proc = srv.proc
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(15) == 0
+    srv2 = srv.start()  # again, on its port
     await wait_streaming(srv2.url, "mine")
     sc2 = await stan_connect("mine", "restarter", url=srv2.url)
     try:
@@ -149,13 +146,12 @@ async def test_file_store_cluster_id_and_config_survive_a_restart(servers, tmp_p
 
 async def test_standalone_streaming_on_the_reference_nats_server(reference_factory, tmp_path):
     ref = reference_factory()
-    mport = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tidings", "streaming", "--nats", ref.url, "-m", str(mport),
-         "--store", "file", "--dir", str(tmp_path / "d"), "-q"],
-    )
+    proc = Process(tidings_command("streaming", "--nats", ref.url, "-m", "-1", "--store",
+                                   "file", "--dir", str(tmp_path / "d")))
     try:
         await wait_streaming(ref.url)
+        mport = int((await asyncio.to_thread(proc.wait_for, r"Starting http monitor on \S+:(\d+)"))
+                    .group(1))
         sc = await stan_connect("test-cluster", "standalone", url=ref.url)
         try:
             await sc.publish("sa", b"via the reference server")
@@ -167,8 +163,7 @@ async def test_standalone_streaming_on_the_reference_nats_server(reference_facto
         finally:
             await sc.close()
     finally:
-        proc.terminate()
-        assert proc.wait(15) == 0
+        assert proc.stop(15) == 0
 
 
 # --- import-ref -------------------------------------------------------------------------
@@ -230,7 +225,7 @@ async def test_import_ref_then_serve_the_old_clients_durable(servers, tmp_path):
         got = await ib.take(3)
         assert [(m.seq, m.data, m.redelivered) for m in got] == [
             (3, b"o3", True), (4, b"o4", True), (5, b"o5", False)]
-        await wait_for(lambda: len(ib.all) == 3)
+        await eventually(lambda: len(ib.all) == 3)
     finally:
         await sc.close()
 
@@ -268,15 +263,15 @@ def banner(*args: str) -> list[str]:
 
 
 def test_the_banner_says_where_streaming_keeps_its_data(tmp_path):
-    port = str(free_port())
+    port = "-1"
     lines = banner("server", "-a", "127.0.0.1", "-p", port)
     assert "  Message store: MEMORY (lost when the server stops; keep it with "\
            "--store file --dir DIR)" in lines
     assert "  Monitoring:    off (enable with -m PORT)" in lines
-    mport = free_port()
     data = tmp_path / "data"
-    lines = banner("server", "-a", "127.0.0.1", "-p", port, "-m", str(mport),
+    lines = banner("server", "-a", "127.0.0.1", "-p", port, "-m", "-1",
                    "--store", "file", "--dir", str(data))
+    mport = ports_in("\n".join(lines))["http"]  # any free port: the one it logged
     assert f"  Message store: FILE in {data}" in lines
     assert f"  Monitoring:    http://127.0.0.1:{mport}/streaming/serverz" in lines
     lines = banner("server", "-a", "127.0.0.1", "-p", port, "--store", "sql",
@@ -284,11 +279,29 @@ def test_the_banner_says_where_streaming_keeps_its_data(tmp_path):
     assert f"  Message store: SQL (sqlite) in {data / 'streaming.db'}" in lines
 
 
+def test_standalone_monitoring_on_any_free_port(reference_server, tmp_path):
+    """`tidings streaming -m -1` serves its endpoints on a free port, named in its log as the
+    core server names its own ("Starting http monitor on HOST:PORT"); its banner says so."""
+    from tests.harness import Process, tidings_command
+
+    proc = Process(tidings_command("streaming", "--nats", reference_server.url,
+                                   "--http_host", "127.0.0.1", "-m", "-1"))
+    try:
+        proc.wait_for("Streaming server ready")
+        assert "  Monitoring:    http://127.0.0.1:<any free port>/streaming/serverz" in \
+            proc.text()
+        port = int(proc.wait_for(r"Starting http monitor on 127\.0\.0\.1:(\d+)").group(1))
+        assert proc.ports["http"] == port
+        assert get_json(port, "/streaming/serverz")["cluster_id"] == "test-cluster"
+    finally:
+        assert proc.stop() == 0
+
+
 def test_the_standalone_banner(reference_server, tmp_path):
-    mport = free_port()
     lines = banner("streaming", "--nats", reference_server.url, "--store", "file", "--dir",
-                   str(tmp_path / "d"), "--http_host", "127.0.0.1", "-m", str(mport))
+                   str(tmp_path / "d"), "--http_host", "127.0.0.1", "-m", "-1")
     assert f"  Message store: FILE in {tmp_path / 'd'}" in lines
-    assert f"  Monitoring:    http://127.0.0.1:{mport}/streaming/serverz" in lines
+    # Any free port: the banner says so, and the port is logged once it listens.
+    assert "  Monitoring:    http://127.0.0.1:<any free port>/streaming/serverz" in lines
     lines = banner("streaming", "--nats", reference_server.url)
     assert "  Monitoring:    off (enable with -m PORT)" in lines

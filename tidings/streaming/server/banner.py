@@ -50,12 +50,14 @@ def store_text(opts: StreamingOptions) -> str:
 
 
 def monitoring_url(scheme: str, host: str, port: int) -> str:
-    """Where /streaming/serverz answers: a URL, or how to turn monitoring on (port 0)."""
+    """Where /streaming/serverz answers: a URL, or how to turn monitoring on (port 0); -1
+    (any free port): the port is logged once it listens ("Starting http monitor on")."""
     if not port:
         return MONITORING_OFF
     if ":" in host:
         host = f"[{host}]"
-    return f"{scheme}://{host}:{port}/streaming/serverz"
+    shown = "<any free port>" if port == -1 else port
+    return f"{scheme}://{host}:{shown}/streaming/serverz"
 
 
 def log_banner(opts: StreamingOptions, monitoring: str) -> None:

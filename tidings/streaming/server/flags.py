@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from ...config import parse_duration
-from ...server.options import port_number
+from ...server.options import monitor_port_number
 from .. import defaults
 
 DEFAULT_CLUSTER_ID = "test-cluster"
@@ -101,6 +101,7 @@ def add_streaming_arguments(group: Any, standalone: bool = False) -> None:
         add("--user", default="", help="user for the NATS server")
         add("--pass", dest="password", default="", help="password for the NATS server")
         add("--auth", dest="token", default="", help="token for the NATS server")
-        add("-m", "--http_port", type=port_number, default=0,
-            help="HTTP port for the /streaming monitoring endpoints (default off)")
+        add("-m", "--http_port", type=monitor_port_number, default=0,
+            help="HTTP port for the /streaming monitoring endpoints (default off; -1: any "
+                 "free port)")
         add("--http_host", default="0.0.0.0", help="HTTP host for monitoring")

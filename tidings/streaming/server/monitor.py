@@ -7,6 +7,7 @@ any aiohttp application; :func:`start_monitor` serves them on their own port.
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import resource
@@ -20,6 +21,8 @@ from ...monitoring import json_response, offset_limit, rfc3339, subs_option, upt
 from ...oserrors import listen_error
 from .server import StreamingServer
 from .state import Client, Sub
+
+log = logging.getLogger("tidings.streaming")
 
 
 def subscriptionz(sub: Sub) -> dict[str, Any]:
@@ -258,17 +261,19 @@ async def start_monitor(s: StreamingServer, host: str, port: int) -> web.AppRunn
 
 
 async def serve_routes(paths: dict[str, Handler], host: str, port: int) -> web.AppRunner:
-    """Serve `paths` on host:port; returns the runner (``await runner.cleanup()``)."""
+    """Serve `paths` on host:port (-1: any free port); returns the runner (``await
+    runner.cleanup()``). The port it got is logged as the core server logs its own."""
     app = web.Application()
     for path, handler in paths.items():
         app.router.add_get(path, handler)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    site = web.TCPSite(runner, host, max(port, 0), reuse_address=True)
     try:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
         raise listen_error("can't start streaming monitoring: can't listen to the monitor port",
                            host, port, exc) from exc
+    log.info("Starting http monitor on %s:%d", host, runner.addresses[0][1])
     return runner

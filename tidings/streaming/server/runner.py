@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from dataclasses import replace
 from typing import Any
 
 from ... import __version__
@@ -64,6 +65,8 @@ async def start_streaming(opts: StreamingOptions, url: str, monitor_required: bo
                 standby_monitor = await serve_routes(
                     standby_routes(opts.cluster_id, __version__), opts.http_host,
                     opts.http_port)
+                if opts.http_port == -1:  # any port: the active answers where it did
+                    opts = replace(opts, http_port=standby_monitor.addresses[0][1])
             store = await ft.wait_for_store(lambda: open_store_for(opts))
         except BaseException:
             if ft is not None:
