@@ -2,14 +2,13 @@
 
 ``stan`` builds a streaming server in the test's event loop, as a NATS client of a tidings
 core server (also in-process) or of any NATS URL (the reference nats-server). Subprocess
-servers (the `tidings` command, kill -9) use tests/servers.py.
+servers (the `tidings` command, kill -9) are the harness's (tests/harness/).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,12 +23,6 @@ from tidings.server.server import Server
 from tidings.streaming.client import StanError, StreamingClient
 from tidings.streaming.client import connect as stan_connect
 from tidings.streaming.server import RunningStreaming, StreamingOptions, start_streaming
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Env:
@@ -85,9 +78,15 @@ class Env:
         out.ParseFromString(reply.data)
         return out
 
+    @property
+    def monitor_port(self) -> int:
+        """The port its monitor got (asked for any free one)."""
+        assert self.running is not None and self.running.monitor is not None
+        return int(self.running.monitor.addresses[0][1])
+
     def monitor(self, path: str) -> Any:
         """GET a monitoring endpoint: (status, decoded JSON or text)."""
-        url = f"http://127.0.0.1:{self.opts.http_port}{path}"
+        url = f"http://127.0.0.1:{self.monitor_port}{path}"
         try:
             with urllib.request.urlopen(url, timeout=5) as r:
                 body = r.read().decode()
@@ -128,7 +127,7 @@ async def stan() -> AsyncIterator[StanFactory]:
             await core.start()
             nats_url = f"nats://127.0.0.1:{core.port}"
         if monitor:
-            opts.setdefault("http_port", free_port())
+            opts.setdefault("http_port", -1)  # any free port: env.monitor_port
             opts.setdefault("http_host", "127.0.0.1")
         env = Env(StreamingOptions(**opts), nats_url, core)
         envs.append(env)
@@ -138,21 +137,6 @@ async def stan() -> AsyncIterator[StanFactory]:
     yield make
     for env in reversed(envs):
         await env.close()
-
-
-async def wait_for(cond: Callable[[], Any], timeout: float = 10.0, step: float = 0.02) -> Any:
-    """Poll a condition that depends on time passing (expiry, heartbeats, redelivery)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        res = cond()
-        if asyncio.iscoroutine(res):
-            res = await res
-        if res:
-            return res
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(step)
 
 
 class Inbox:

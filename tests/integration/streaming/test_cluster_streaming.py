@@ -5,14 +5,13 @@ requests, acks, deliveries and heartbeats cross the route)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 
 import nats
 import pytest
 
-from tests.servers import RunningServer, free_port, start_tidings
+from tests.harness import Server, eventually, start_tidings
 
 from .test_node_client import drive, node_client  # noqa: F401 (a fixture)
 
@@ -21,17 +20,13 @@ CLUSTER_ID = "test-cluster"
 
 
 @pytest.fixture
-def pair(tmp_path) -> Iterator[tuple[RunningServer, RunningServer]]:
+def pair(tmp_path) -> Iterator[tuple[Server, Server]]:
     """A (embedded streaming on a file store) and B (no streaming), routed together."""
-    a_route, b_route = free_port(), free_port()
-    a = start_tidings(extra_args=[
-        "--cluster", f"nats://127.0.0.1:{a_route}", "--cluster_name", "stan",
+    a = start_tidings(cluster=True, cluster_name="stan", extra_args=[
         "-cid", CLUSTER_ID, "--store", "file", "--dir", str(tmp_path / "store"),
     ])
-    b = start_tidings(extra_args=[
-        "--cluster", f"nats://127.0.0.1:{b_route}", "--cluster_name", "stan",
-        "--routes", f"nats://127.0.0.1:{a_route}", "--no_streaming",
-    ])
+    b = start_tidings(cluster=True, cluster_name="stan", routes=[a],
+                      extra_args=["--no_streaming"])
     try:
         yield a, b
     finally:
@@ -39,20 +34,21 @@ def pair(tmp_path) -> Iterator[tuple[RunningServer, RunningServer]]:
         a.stop()
 
 
-async def wait_for_route(a: RunningServer, b: RunningServer) -> None:
+async def wait_for_route(a: Server, b: Server) -> None:
     """Until the streaming server's discover subject on A is seen from B."""
     nc = await nats.connect(b.url)
+
+    async def answered() -> bool:
+        try:
+            # An empty (not protobuf) connect request: the server answers with an error,
+            # which proves the request reached it and the answer came back.
+            await nc.request(f"_STAN.discover.{CLUSTER_ID}", b"", timeout=0.5)
+            return True
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            return False
+
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                # An empty (not protobuf) connect request: the server answers with an error,
-                # which proves the request reached it and the answer came back.
-                await nc.request(f"_STAN.discover.{CLUSTER_ID}", b"", timeout=0.5)
-                return
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-                assert time.monotonic() < deadline, "route did not come up"
-                await asyncio.sleep(0.05)
+        await eventually(answered, 10, "the route up", interval=0.05)
     finally:
         await nc.close()
 
@@ -85,14 +81,11 @@ async def test_one_streaming_server_per_cluster_id() -> None:
     exit): a discover request gets one answer, and clients of every server are served."""
     from tidings.streaming.client import connect as stan_connect
 
-    routes = [free_port() for _ in range(3)]
-    servers: list[RunningServer] = []
+    servers: list[Server] = []
     try:
-        for i, route in enumerate(routes):
-            args = ["--cluster", f"nats://127.0.0.1:{route}", "--cluster_name", "stan3"]
-            if i:
-                args += ["--routes", f"nats://127.0.0.1:{routes[0]}"]
-            servers.append(start_tidings(extra_args=args))
+        for i in range(3):
+            servers.append(start_tidings(cluster=True, cluster_name="stan3",
+                                         routes=servers[:1]))
             if not i:
                 # The first serves it once its streaming server is up (INFO comes sooner).
                 await wait_for_route(servers[0], servers[0])
@@ -107,9 +100,7 @@ async def test_one_streaming_server_per_cluster_id() -> None:
         await nc.subscribe("discover.answers", cb=answer)
         await nc.publish(f"_STAN.discover.{CLUSTER_ID}", b"", reply="discover.answers")
         await nc.flush()
-        deadline = time.monotonic() + 5
-        while not answers and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: answers, 5, "an answer")
         await asyncio.sleep(0.3)  # a second streaming server would answer by now
         assert len(answers) == 1
         await nc.close()

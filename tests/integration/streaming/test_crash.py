@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tests.servers import start_tidings
+from tests.harness import start_tidings
 from tidings.streaming.client import StanError
 from tidings.streaming.client import connect as stan_connect
 

@@ -7,9 +7,10 @@ import time
 
 import pytest
 
+from tests.harness import eventually
 from tidings.streaming.client import StanError
 
-from .conftest import Inbox, wait_for
+from .conftest import Inbox
 
 
 async def publish_n(sc, subject: str, n: int, start: int = 0) -> list[str]:
@@ -54,7 +55,7 @@ async def test_pub_acks_in_flight_are_bounded(stan):
         await sc.publish_async("b", b"%d" % i)
         peak = max(peak, sc.pub_acks_pending())
     assert peak <= 4
-    await wait_for(lambda: sc.pub_acks_pending() == 0)
+    await eventually(lambda: sc.pub_acks_pending() == 0)
     assert env.server.store.channel_info("b").msgs == 40
 
 
@@ -241,7 +242,7 @@ async def test_queue_group_each_message_to_one_member(stan):
     await sc.subscribe("q", cb=a, queue="workers")
     await sc.subscribe("q", cb=b, queue="workers")
     await publish_n(sc, "q", 40)
-    await wait_for(lambda: len(a.all) + len(b.all) == 40)
+    await eventually(lambda: len(a.all) + len(b.all) == 40)
     got = sorted(seqs(a.all) + seqs(b.all))
     assert got == list(range(1, 41))
     assert a.all and b.all  # both members got work
@@ -255,7 +256,7 @@ async def test_queue_member_leaving_hands_unacked_to_the_others(stan):
     await sc.subscribe("qx", cb=keeper, queue="g", manual_acks=True, ack_wait=30)
     sub_l = await sc.subscribe("qx", cb=leaver, queue="g", manual_acks=True, ack_wait=30)
     await publish_n(sc, "qx", 10)
-    await wait_for(lambda: len(keeper.all) + len(leaver.all) == 10)
+    await eventually(lambda: len(keeper.all) + len(leaver.all) == 10)
     for m in keeper.all:
         await m.ack()
     acked_by_leaver = leaver.all[:1]
@@ -265,7 +266,7 @@ async def test_queue_member_leaving_hands_unacked_to_the_others(stan):
     assert unacked, "the leaving member must hold unacknowledged messages"
     kept_before = len(keeper.all)
     await sub_l.close()
-    await wait_for(lambda: len(keeper.all) >= kept_before + len(unacked))
+    await eventually(lambda: len(keeper.all) >= kept_before + len(unacked))
     moved = keeper.all[kept_before:]
     assert sorted(seqs(moved)) == unacked
     assert all(m.redelivered for m in moved)
@@ -281,7 +282,7 @@ async def test_queue_redelivery_never_duplicates_an_acked_message(stan):
     await sc.subscribe("qr", cb=a, queue="g", manual_acks=True, ack_wait=1)
     await sc.subscribe("qr", cb=b, queue="g", manual_acks=True, ack_wait=1)
     await publish_n(sc, "qr", 6)
-    await wait_for(lambda: len(a.all) + len(b.all) >= 6)
+    await eventually(lambda: len(a.all) + len(b.all) >= 6)
     acked = set()
     for m in a.all:  # a acks everything it got; b acks nothing
         await m.ack()
@@ -297,7 +298,7 @@ async def test_queue_redelivery_never_duplicates_an_acked_message(stan):
                 redelivered.add(m.seq)
         return b_first <= redelivered
 
-    await wait_for(seen, timeout=10)
+    await eventually(seen, timeout=10)
     assert redelivered.isdisjoint(acked)
 
 

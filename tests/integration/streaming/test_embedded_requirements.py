@@ -11,9 +11,7 @@ and a streaming client that meets the requirement publishes and receives through
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-import time
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +21,7 @@ import nkeys
 import pytest
 
 from tests.certs import Certs, make_certs, tls_block
-from tests.servers import free_port, stop_process
+from tests.harness import Process, tidings_command
 from tidings.streaming.client import connect as stan_connect
 
 pytestmark = pytest.mark.timeout(90)
@@ -79,35 +77,18 @@ def case(name: str, certs: Certs) -> Case:
 @pytest.fixture
 def server(request: pytest.FixtureRequest, certs: Certs, tmp_path: Path) -> Iterator[Any]:
     c = case(request.param, certs)
-    port = free_port()
-    cmd = [sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1", "-p", str(port),
-           *c.flags]
+    cmd = tidings_command("server", "-a", "127.0.0.1", "-p", "-1", *c.flags)
     if c.conf:
         conf = tmp_path / "server.conf"
         conf.write_text(c.conf)
         cmd += ["-c", str(conf)]
-    log = tmp_path / "server.log"
-    with open(log, "wb") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+    server = Process(cmd, kind="tidings")
     try:
-        _wait_for_line(log, READY, proc)
-        yield port, c.client, proc, log
+        # The embedded streaming server's start is logged, not announced on any port.
+        server.wait_for(re.escape(READY), 30)
+        yield server.ports["client"], c.client, server.proc, server
     finally:
-        stop_process(proc)
-
-
-def _wait_for_line(log: Path, line: str, proc: subprocess.Popen[bytes]) -> None:
-    """Until the server logs `line` (the embedded streaming server's start is logged there,
-    not announced on any port); fails with the log if the server exits first."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        text = log.read_text(errors="replace")
-        if line in text:
-            return
-        if proc.poll() is not None:
-            pytest.fail(f"server exited with {proc.returncode}:\n{text[-3000:]}")
-        time.sleep(0.05)
-    pytest.fail(f"no {line!r} in the log:\n{log.read_text(errors='replace')[-3000:]}")
+        server.stop()
 
 
 @pytest.mark.parametrize("server", ["tiny_limits"], indirect=True)
@@ -128,7 +109,7 @@ async def test_client_limits_do_not_bound_the_embedded_streaming_server(server: 
         assert await asyncio.wait_for(reader.readline(), 5) == b"x" * 64 + b"\r\n"
     finally:
         writer.close()
-    assert proc.poll() is None and "error" not in log.read_text().lower()
+    assert proc.poll() is None and "error" not in log.text().lower()
 
 
 CASES = ["tls", "tls_verify", "tls_verify_and_map", "tls_flags", "users_with_permissions",
@@ -158,4 +139,4 @@ async def test_embedded_streaming_serves_under_the_requirement(server: Any) -> N
     finally:
         await sc.close()
     assert proc.poll() is None
-    assert "error" not in log.read_text().lower()
+    assert "error" not in log.text().lower()

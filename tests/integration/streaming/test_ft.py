@@ -11,10 +11,11 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.servers import free_port, start_tidings, stop_process
+from tests.harness import Process, eventually, start_tidings, tidings_command
 from tidings.client import connect as nats_connect
 from tidings.client import errors as nerr
 from tidings.streaming.client import StanError
@@ -67,32 +68,31 @@ class FTNode:
 
     def __init__(self, url: str, store_dir: Path | str, log_path: Path,
                  extra: list[str] | None = None) -> None:
-        """`store_dir`: a file store's directory, or a PostgreSQL DSN (a string)."""
-        self.log_path = log_path
-        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()/kill()
+        """`store_dir`: a file store's directory, or a PostgreSQL DSN (a string);
+        `log_path`: a name for its log in failures (the harness keeps the log)."""
         store = (["--store", "sql", "--sql_driver", "postgres", "--sql_source", store_dir]
                  if isinstance(store_dir, str) else ["--store", "file", "--dir", str(store_dir)])
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tidings", "streaming", "--nats", url, "--ft_group", "g",
-             *store, *(extra or [])],
-            stdout=subprocess.DEVNULL, stderr=self._log,
-        )
+        self.process = Process(tidings_command("streaming", "--nats", url, "--ft_group", "g",
+                                               *store, *(extra or [])), kind=log_path.stem)
+        self.proc = self.process.proc
+        self.log_path = self.process.log_path
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        return self.process.text()
 
     def is_active(self) -> bool:
         return "Server is active" in self.log()
 
+    def http_port(self) -> int:
+        """Its monitoring port (-m -1: the one its log names, once it listens)."""
+        self.process.wait_for("Starting http monitor on", 30)
+        return self.process.ports["http"]
+
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._log.close()
+        self.process.kill()
 
     def stop(self) -> None:
-        stop_process(self.proc)
-        self._log.close()
+        self.process.stop()
 
 
 @contextlib.asynccontextmanager
@@ -103,10 +103,10 @@ async def active_and_standby(url: str, store: Path | str, logs: Path
     nodes: list[FTNode] = []
     try:
         nodes.append(FTNode(url, store, logs / "a.log"))
-        await poll(nodes[0].is_active, 30, "the first server active")
+        await eventually(nodes[0].is_active, 30, "the first server active")
         standby = FTNode(url, store, logs / "b.log")
         nodes.append(standby)
-        await poll(lambda: "Starting in standby mode" in standby.log(), 30, "a standby")
+        await eventually(lambda: "Starting in standby mode" in standby.log(), 30, "a standby")
         yield nodes[0], standby
     finally:
         for node in nodes:
@@ -127,17 +127,6 @@ def pg_store(dsn: str, schema: str) -> str:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         conn.execute(f"CREATE SCHEMA {schema}")
     return f"{dsn} options=-csearch_path={schema}"
-
-
-async def poll(cond, timeout: float, what: str, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = cond()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(interval)
 
 
 async def discover_answers(nc, window: float = 0.4) -> int:
@@ -247,7 +236,7 @@ async def test_one_active_and_takeover_after_kill_9(core, tmp_path):
     takeovers: list[float] = []
     acked_all: list[bytes] = []
     try:
-        active = await poll(lambda: [n for n in nodes if n.is_active()], 30, "an active server")
+        active = await eventually(lambda: [n for n in nodes if n.is_active()], 30, "an active server")
         assert len(active) == 1
         # exactly one server in the group: one heartbeat sender, one discover answer
         assert len(await heartbeat_senders(nc, 3)) == 1
@@ -328,21 +317,15 @@ async def test_one_active_and_takeover_after_kill_9(core, tmp_path):
 
 
 async def test_active_steps_down_for_an_earlier_activation(core, tmp_path):
-    mport = free_port()
-    n = FTNode(core.url, tmp_path / "store", tmp_path / "node.log", ["-m", str(mport)])
+    n = FTNode(core.url, tmp_path / "store", tmp_path / "node.log", ["-m", "-1"])
     nc = await nats_connect(core.url)
     try:
-        await poll(n.is_active, 30, "the server to become active")
+        await eventually(n.is_active, 30, "the server to become active")
         await wait_answering(nc, 10)
+        mport = await asyncio.to_thread(n.http_port)
+
         async def serverz():
-            deadline = time.monotonic() + 10
-            while True:  # monitoring starts just after the server
-                try:
-                    return await asyncio.to_thread(get_json, mport, "/streaming/serverz")
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.02)
+            return await asyncio.to_thread(get_json, mport, "/streaming/serverz")
 
         assert (await serverz())["state"] == "FT_ACTIVE"
         # a server that claims a later activation is only reported
@@ -350,7 +333,7 @@ async def test_active_steps_down_for_an_earlier_activation(core, tmp_path):
         await nc.publish(FT_SUBJECT, encode_ctrl_msg(CTRL_FT_HEARTBEAT, "latecomer",
                                                      go_time_binary(later)))
         await nc.flush()
-        await poll(lambda: 'serverID "latecomer" claims to be active' in n.log(), 10,
+        await eventually(lambda: 'serverID "latecomer" claims to be active' in n.log(), 10,
                    "the latecomer to be logged")
         assert n.proc.poll() is None
         assert await discover_answers(nc) == 1
@@ -383,12 +366,12 @@ async def test_standby_never_active_while_the_lock_is_held(core, tmp_path):
         assert holder.stdout.readline().strip() == b"locked"
         n = FTNode(core.url, store, tmp_path / "node.log")
         try:
-            await poll(lambda: "unable to get store lock" in n.log(), 15,
+            await eventually(lambda: "unable to get store lock" in n.log(), 15,
                        "a failed attempt at the lock")
             assert not n.is_active() and n.proc.poll() is None
             holder.kill()
             holder.wait(10)
-            await poll(n.is_active, 10, "activation once the lock is free")
+            await eventually(n.is_active, 10, "activation once the lock is free")
         finally:
             n.stop()
     finally:
@@ -411,7 +394,7 @@ async def test_a_paused_active_keeps_the_store(core, tmp_path):
         await sc.close()
         a.proc.send_signal(signal.SIGSTOP)
         try:
-            await poll(lambda: "unable to get store lock" in b.log(), 15,
+            await eventually(lambda: "unable to get store lock" in b.log(), 15,
                        "the standby trying the lock while the active is paused")
             assert not b.is_active()
         finally:
@@ -459,9 +442,9 @@ async def test_a_postgresql_restart_makes_the_active_step_down_for_a_standby(
             await sc.publish("restart", b"m%d" % i)
         await sc.close()
         await asyncio.to_thread(private_postgres.restart)
-        await poll(lambda: a.proc.poll() is not None, 15, "the active server to step down")
+        await eventually(lambda: a.proc.poll() is not None, 15, "the active server to step down")
         assert "ft: lost the store lock, aborting" in a.log()
-        await poll(b.is_active, 30, "the standby to take over")
+        await eventually(b.is_active, 30, "the standby to take over")
         assert await read_all(core.url, "restart-reader", "restart") == [
             b"m%d" % i for i in range(20)]
 
@@ -505,6 +488,10 @@ async def test_clients_carry_on_across_a_takeover(core, tmp_path):
             [b"before-%d" % i for i in range(10)] + [b"after-%d" % i for i in range(10)])
 
 
+async def _is(got: Any, want: Any) -> bool:
+    return await got == want
+
+
 def _ft_status(port: int) -> tuple[int, str]:
     """(/streaming/isFTActive status, /streaming/serverz state) of a server's monitor."""
     import urllib.request
@@ -520,12 +507,12 @@ async def test_monitoring_shows_standby_and_active(core, tmp_path):
     200 on the active server only (a load balancer's probe); a standby that takes over
     answers 200 on the same port."""
     store = tmp_path / "store"
-    ports = [free_port(), free_port()]
-    a = FTNode(core.url, store, tmp_path / "a.log", ["-m", str(ports[0])])
+    a = FTNode(core.url, store, tmp_path / "a.log", ["-m", "-1"])
     b = None
     try:
-        await poll(a.is_active, 30, "the first server active")
-        b = FTNode(core.url, store, tmp_path / "b.log", ["-m", str(ports[1])])
+        await eventually(a.is_active, 30, "the first server active")
+        b = FTNode(core.url, store, tmp_path / "b.log", ["-m", "-1"])
+        ports = [await asyncio.to_thread(a.http_port), await asyncio.to_thread(b.http_port)]
 
         async def status(port: int) -> tuple[int, str] | None:
             try:
@@ -534,10 +521,8 @@ async def test_monitoring_shows_standby_and_active(core, tmp_path):
                 return None  # not listening yet (or between the standby's and the active's)
 
         async def wait_status(port: int, want: tuple[int, str]) -> None:
-            deadline = time.monotonic() + 20
-            while (got := await status(port)) != want:
-                assert time.monotonic() < deadline, (port, got)
-                await asyncio.sleep(0.05)
+            await eventually(lambda: _is(status(port), want), 20, f"{want} on {port}",
+                             interval=0.05)
 
         await wait_status(ports[0], (200, "FT_ACTIVE"))
         await wait_status(ports[1], (204, "FT_STANDBY"))
@@ -568,7 +553,7 @@ async def test_ten_kills_with_the_node_client_and_a_durable(
     nc = await nats_connect(core.url)
     takeovers: list[float] = []
     try:
-        await poll(lambda: [n for n in nodes if n.is_active()], 30, "an active server")
+        await eventually(lambda: [n for n in nodes if n.is_active()], 30, "an active server")
         durable = await stan_connect(CID, "durable-reader", url=core.url)
         inbox = Inbox()
         await durable.subscribe("ten", cb=inbox, durable_name="d", ack_wait=1,
@@ -592,21 +577,21 @@ async def test_ten_kills_with_the_node_client_and_a_durable(
                     pass  # not acknowledged: not retried, so stored at most once
 
         publishing = asyncio.create_task(publish_ours())
-        await poll(lambda: sum(m.data.startswith(b"n") for m in inbox.all) >= 5, 20,
+        await eventually(lambda: sum(m.data.startswith(b"n") for m in inbox.all) >= 5, 20,
                    "the node client publishing")
         for _ in range(10):
-            active = await poll(lambda: [n for n in nodes if n.is_active()
+            active = await eventually(lambda: [n for n in nodes if n.is_active()
                                          and n.proc.poll() is None], 15, "an active server")
             assert len(active) == 1
             mark = len(acked)
-            await poll(lambda mark=mark: len(acked) >= mark + 20, 15, "acks before the kill")
+            await eventually(lambda mark=mark: len(acked) >= mark + 20, 15, "acks before the kill")
             active[0].kill()
             killed = time.monotonic()
             takeovers.append(await wait_answering(nc, 15) - killed)
             nodes.remove(active[0])
             nodes.append(node())
         mark = len(acked)
-        await poll(lambda: len(acked) >= mark + 20, 15, "acks after the last takeover")
+        await eventually(lambda: len(acked) >= mark + 20, 15, "acks after the last takeover")
         stop.set()
         await publishing
         await ours.close()
@@ -629,7 +614,7 @@ async def test_ten_kills_with_the_node_client_and_a_durable(
             assert positions == sorted(positions)
         assert max(counts.values()) == 1  # nothing stored twice, acknowledged or not
         want = set(acked) | set(node_acked)
-        await poll(lambda: want <= {m.data for m in inbox.all}, 20,
+        await eventually(lambda: want <= {m.data for m in inbox.all}, 20,
                    "the durable subscription to get every acknowledged message")
         await durable.close()
     finally:
@@ -662,8 +647,8 @@ async def test_an_active_that_loses_its_database_lock_steps_down(core, tmp_path,
                 "WHERE application_name = %s", (f"tidings streaming pid {a.proc.pid}",)
             ).fetchall()
         assert ended, "the active server's connection was not found"
-        await poll(lambda: a.proc.poll() is not None, 10, "the active server to step down")
+        await eventually(lambda: a.proc.poll() is not None, 10, "the active server to step down")
         assert a.proc.returncode != 0
         assert "ft: lost the store lock, aborting" in a.log()
-        await poll(b.is_active, 15, "the standby to take over")
+        await eventually(b.is_active, 15, "the standby to take over")
         assert await read_all(core.url, "lost-reader", "lost") == [b"m%d" % i for i in range(20)]

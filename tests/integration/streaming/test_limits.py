@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.harness import eventually
 from tidings.config import parse as parse_config
 from tidings.streaming.server.options import (
     StreamingOptions,
@@ -11,7 +12,7 @@ from tidings.streaming.server.options import (
 )
 from tidings.streaming.stores import ChannelLimits, StoreLimits
 
-from .conftest import Inbox, wait_for
+from .conftest import Inbox
 from .test_delivery import publish_n, seqs
 
 
@@ -46,7 +47,7 @@ async def test_max_age_expires_messages(stan):
     sc = await env.connect("ma")
     await publish_n(sc, "ma", 3)
     assert env.server.store.channel_info("ma").msgs == 3
-    await wait_for(lambda: env.server.store.channel_info("ma").msgs == 0, timeout=10)
+    await eventually(lambda: env.server.store.channel_info("ma").msgs == 0, timeout=10)
     info = env.server.store.channel_info("ma")
     assert info.first_seq == 4 and info.last_seq == 3
     await publish_n(sc, "ma", 1, start=3)
@@ -74,11 +75,11 @@ async def test_max_inactivity_deletes_an_idle_channel(stan):
     sc = await env.connect("mi")
     await publish_n(sc, "idle", 1)
     sub = await sc.subscribe("busy", cb=Inbox())
-    await wait_for(lambda: "idle" not in env.server.channels, timeout=10)
+    await eventually(lambda: "idle" not in env.server.channels, timeout=10)
     assert "idle" not in env.server.store.channels()
     assert "busy" in env.server.channels  # an active subscription keeps it
     await sub.unsubscribe()
-    await wait_for(lambda: "busy" not in env.server.channels, timeout=10)
+    await eventually(lambda: "busy" not in env.server.channels, timeout=10)
 
 
 def test_config_file_reference_syntax():

@@ -6,9 +6,10 @@ import asyncio
 
 import pytest
 
+from tests.harness import eventually
 from tidings.streaming.client import StanError
 
-from .conftest import Inbox, wait_for
+from .conftest import Inbox
 
 
 def core_port(env) -> int:
@@ -24,7 +25,7 @@ async def test_heartbeats_close_a_dead_client_and_its_subscriptions(stan, proxy_
     await doomed.subscribe("hb", cb=Inbox(), durable_name="stays")
     assert env.server.num_subs() == 2
     proxy.freeze()  # the process hangs: no heartbeat replies
-    await wait_for(lambda: "doomed" not in env.server.clients, timeout=10)
+    await eventually(lambda: "doomed" not in env.server.clients, timeout=10)
     ch = env.server.channels["hb"]
     (offline,) = ch.all_subs()
     assert offline.durable_name == "stays" and offline.is_offline

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,11 +19,12 @@ from typing import Any
 
 import pytest
 
+from tests.harness import TidingsServer, eventually, workdir
 from tests.postgres import PgServer
-from tests.servers import _wait_ready, free_port, stop_process
 from tidings.streaming.client import StanError, StreamingClient
 from tidings.streaming.client import connect as stan_connect
 from tidings.streaming.server.fetch import HEADER, UNAVAILABLE
+from tidings.testing.spec import ServerSpec
 
 from .conftest import Inbox
 from .test_cli import wait_streaming
@@ -38,44 +38,45 @@ BACK = 30.0  # seconds: a bound on serving again once the database is back (it c
 
 
 class TidingsOnPg:
-    """`tidings server` with its streaming server on a PostgreSQL store, its log in a file."""
+    """`tidings server` with its streaming server on a PostgreSQL store (the harness's
+    server: its log kept over restarts, which are on the same port)."""
 
     def __init__(self, dsn: str, log_path: Path) -> None:
         self.dsn = dsn
-        self.log_path = log_path
-        self.port = free_port()
-        self.url = f"nats://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
+        spec = ServerSpec.from_kwargs(streaming=True, store="sql", args=[
+            "--sql_driver", "postgres", "--sql_source", dsn])
+        self.server = TidingsServer(spec, workdir(log_path.stem))
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.server.proc
 
     def start(self) -> None:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1",
-                 "-p", str(self.port), "--store", "sql", "--sql_driver", "postgres",
-                 "--sql_source", self.dsn],
-                stdout=subprocess.DEVNULL, stderr=log,
-            )
-        _wait_ready(self.port, self.proc)
+        self.server.start()
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        return self.server.log()
 
     def lines(self, text: str) -> list[str]:
         return [line for line in self.log().splitlines() if text in line]
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.server.running
 
     def kill(self) -> None:
         """kill -9: nothing is written at exit."""
-        if self.alive():
-            assert self.proc is not None
-            self.proc.kill()
-            self.proc.wait(10)
+        self.server.kill()
 
     def stop(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc)
+        self.server.stop()
 
 
 @pytest.fixture
@@ -91,20 +92,6 @@ def tidings_on(tmp_path: Path):  # noqa: ANN201 - a factory
     yield make
     for srv in servers:
         srv.stop()
-
-
-async def poll(cond: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll a condition that another process makes true."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = cond()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def count_rows(pg: PgServer, table: str) -> int:
@@ -149,7 +136,7 @@ class Subscriber:
         return [m for m in self.inbox.all if not m.redelivered]
 
     async def wait_for(self, n: int) -> None:
-        await poll(lambda: len(self.first_deliveries()) >= n, BACK, f"{n} deliveries")
+        await eventually(lambda: len(self.first_deliveries()) >= n, BACK, f"{n} deliveries")
 
 
 async def publish_until_accepted(pub: Publisher, timeout: float) -> None:
@@ -179,7 +166,7 @@ async def check_stored_and_delivered(srv: TidingsOnPg, pub: Publisher, sub: Subs
     check_deliveries(sub, stored, pub)
     print(f"published {pub.n}: {len(pub.acked)} acked, {len(pub.nacked)} refused:",
           set(pub.nacked.values()))
-    await poll(lambda: pending_rows(pg) == 0, BACK, "the acks to be written")
+    await eventually(lambda: pending_rows(pg) == 0, BACK, "the acks to be written")
 
 
 async def a_new_server_redelivers_nothing(
@@ -187,7 +174,7 @@ async def a_new_server_redelivers_nothing(
 ) -> None:
     """The durable state written after the outage: a server started on it after a kill -9
     of this one resumes from it, and nothing acknowledged comes back."""
-    await poll(lambda: client_rows(pg) == 0, BACK, "the clients' close to be written")
+    await eventually(lambda: client_rows(pg) == 0, BACK, "the clients' close to be written")
     srv.kill()
     again = tidings_on(pg)
     await wait_streaming(again.url)
@@ -255,7 +242,7 @@ async def test_a_database_down_for_longer_keeps_the_server_up_and_retrying(
         for msg in sub.held:
             await msg.ack()
         sub.hold = False
-        await poll(lambda: len(srv.lines("reconnection attempt")) >= 4, BACK,
+        await eventually(lambda: len(srv.lines("reconnection attempt")) >= 4, BACK,
                    "the server's reconnection tries")
         assert all("failed (" in line for line in srv.lines("reconnection attempt"))
         assert srv.alive()
@@ -289,7 +276,7 @@ async def test_a_publish_to_a_server_whose_database_is_down_is_not_left_hanging(
                 await sc.publish("orders", b"refused")
             assert "timeout" not in str(exc.value).lower()
         await asyncio.to_thread(pg.start)
-        await poll(lambda: srv.lines("postgres store: reconnected"), BACK, "the reconnection")
+        await eventually(lambda: srv.lines("postgres store: reconnected"), BACK, "the reconnection")
         await sc.publish("orders", b"after")
     finally:
         await sc.close()
@@ -319,7 +306,7 @@ async def test_deliveries_that_need_the_database_wait_for_it(
             {"channel": "orders", "start": 1, "end": 10}).encode(), timeout=5)
         status = HEADER.unpack_from(reply.data)[1]
         assert status == UNAVAILABLE, reply.data
-        await poll(lambda: srv.lines("streaming store read failed"), BACK, "the read failure")
+        await eventually(lambda: srv.lines("streaming store read failed"), BACK, "the read failure")
         assert inbox.empty()
         await asyncio.to_thread(pg.start)
         got = await inbox.take(3000, timeout=BACK)

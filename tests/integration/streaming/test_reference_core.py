@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.harness import eventually
 from tidings.streaming.client import StanError
 
-from .conftest import Inbox, wait_for
+from .conftest import Inbox
 from .test_delivery import publish_n, seqs
 
 
@@ -34,7 +35,7 @@ async def test_streaming_on_the_reference_nats_server(reference_factory, stan):
     await sc.subscribe("refq", cb=qa, queue="g")
     await sc.subscribe("refq", cb=qb, queue="g")
     await publish_n(sc, "refq", 20)
-    await wait_for(lambda: len(qa.all) + len(qb.all) == 20)
+    await eventually(lambda: len(qa.all) + len(qb.all) == 20)
     assert sorted(seqs(qa.all) + seqs(qb.all)) == list(range(1, 21))
     # redelivery with the redelivered flag and count
     rd = Inbox()

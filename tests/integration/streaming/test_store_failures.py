@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.faultydisk import Disk
-from tests.servers import free_port, start_tidings
+from tests.harness import start_tidings
 from tidings.streaming.client import StanError
 from tidings.streaming.client import connect as stan_connect
 from tidings.streaming.stores.file import FileStore
@@ -292,7 +292,7 @@ async def test_a_second_server_on_a_sqlite_store_is_refused(tmp_path: Path) -> N
         await wait_streaming(srv.url)
         second = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1", "-p",
-            str(free_port()), *args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            "-1", *args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
         _, err = await asyncio.wait_for(second.communicate(), 30)
         assert second.returncode != 0
@@ -319,7 +319,7 @@ def test_recovery_stops_on_valid_records_after_a_torn_one_unless_told_to_truncat
     last = raw.rindex(b"\x05\x00\x00\x00\x00\x00\x00\x00") - 8  # where record 5 starts
     seg.write_bytes(raw[:last] + raw[last : last + 12] + raw[last:])  # 5 torn, then whole
     cmd = [sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1", "-p",
-           str(free_port()), "--store", "file", "--dir", str(data)]
+           "-1", "--store", "file", "--dir", str(data)]
     refused = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     assert refused.returncode != 0
     assert f"{seg}: corrupt record at offset {last} followed by valid records" in refused.stderr
