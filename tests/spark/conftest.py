@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.servers import RunningServer, free_port, start_tidings
+from tests.harness import Server, start_tidings
 
 
 def _skip_reason() -> str | None:
@@ -47,7 +47,7 @@ if _SKIP:
 
 @dataclass
 class StanServer:
-    server: RunningServer
+    server: Server
     monitor_url: str
 
     @property
@@ -65,12 +65,10 @@ def wait_streaming(url: str, timeout: float = 20.0, **options: str) -> None:
 @pytest.fixture(scope="session")
 def stan_server() -> Iterator[StanServer]:
     """A tidings server with streaming (memory store) and monitoring, for the whole session."""
-    http_port = free_port()
-    server = start_tidings(extra_args=["-m", str(http_port), "--max_msgs", "0",
-                                       "--max_channels", "0"])
+    server = start_tidings(http_port=-1, extra_args=["--max_msgs", "0", "--max_channels", "0"])
     try:
         wait_streaming(server.url)
-        yield StanServer(server, f"http://127.0.0.1:{http_port}")
+        yield StanServer(server, f"http://127.0.0.1:{server.ports['http']}")
     finally:
         server.stop()
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tests.servers import RunningServer, free_port, start_tidings
+from tests.harness import Server, start_tidings
 from tidings.spark.options import ConnectionOptions, ReadOptions, WriteOptions
 from tidings.spark.planning import SeqRange
 from tidings.spark.reader import NatsPartition, ReadParams, read_partition
@@ -31,27 +31,38 @@ BOUND_SLACK = 10.0  # seconds beyond reconnectTimeout + connectTimeout: catches 
 
 
 class Restartable:
-    """A tidings server on a fixed port whose streaming store survives a kill -9."""
+    """A tidings server whose streaming store survives a kill -9, started again on the
+    ports it got at its first start."""
 
     def __init__(self, store: Path) -> None:
-        self.port = free_port()
-        self.http_port = free_port()
         self.store = store
-        self.server: RunningServer | None = None
+        self.server: Server | None = None
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return self.server.port
+
+    @property
+    def http_port(self) -> int:
+        assert self.server is not None
+        return self.server.ports["http"]
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        self.server = start_tidings(self.port, ["-st", "file", "--dir", str(self.store),
-                                                "--max_msgs", "0", "-m", str(self.http_port)])
+        if self.server is None:
+            self.server = start_tidings(store="file", store_dir=str(self.store), http_port=-1,
+                                        extra_args=["--max_msgs", "0"])
+        else:
+            self.server.start()
         wait_streaming(self.url)
 
     def kill(self) -> None:
         if self.server is not None:
             self.server.kill()
-            self.server = None
 
     def clients(self) -> list[str]:
         """The ids of the streaming clients registered now."""
@@ -197,8 +208,8 @@ def test_a_write_fails_in_time_naming_the_server_that_went_away(restartable, cha
 
 
 @pytest.mark.parametrize("target", ["streaming", "core"])
-def test_a_write_to_a_server_that_is_down_fails_in_time(channel_name, target):
-    url = f"nats://127.0.0.1:{free_port()}"
+def test_a_write_to_a_server_that_is_down_fails_in_time(channel_name, target, refused_port):
+    url = f"nats://127.0.0.1:{refused_port}"
     copts = ConnectionOptions.parse({"url": url, "reconnectTimeout": "1",
                                      "connectTimeout": "1"})
     began = time.monotonic()
@@ -338,7 +349,7 @@ def test_a_subscription_read_waiting_for_missing_messages_fails_after_read_timeo
 
 @pytest.mark.parametrize("kind", ["tidings", "reference"])
 def test_a_server_that_drops_every_connection_fails_the_write_instead_of_looping(kind):
-    from tests.servers import start_configured
+    from tests.harness import start_configured
 
     # A PUB line past max_control_line: the server answers -ERR and closes the connection,
     # every time the write tries again.

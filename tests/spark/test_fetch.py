@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from tests.servers import start_tidings
+from tests.harness import start_tidings
 from tidings.spark.options import ConnectionOptions, ReadOptions
 from tidings.spark.planning import SeqRange
 from tidings.spark.reader import (

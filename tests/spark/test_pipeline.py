@@ -301,10 +301,9 @@ def test_ctrl_c_stops_between_micro_batches_with_one_line(stan_server, channel_n
         assert _batch_ids(ckpt / query, "offsets") == _batch_ids(ckpt / query, "commits")
 
 
-def test_a_wrong_url_or_cluster_id_is_one_line_before_spark_starts(stan_server, tmp_path):
-    from tests.servers import free_port
-
-    nowhere = f"nats://127.0.0.1:{free_port()}"
+def test_a_wrong_url_or_cluster_id_is_one_line_before_spark_starts(stan_server, tmp_path,
+                                                                   refused_port):
+    nowhere = f"nats://127.0.0.1:{refused_port}"
     for args, error in (
             ((nowhere,), f"cannot connect to {nowhere}: connection refused"),
             ((stan_server.url, "-o", "clusterId=nope"),
