@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
 
 import bcrypt  # noqa: E402
 
-from tests.servers import RunningServer, start_configured  # noqa: E402
+from tests.harness import Server, start_configured  # noqa: E402
 
 CONNECT = b'CONNECT {"user":"%s","pass":"%s","verbose":false,"pedantic":false}\r\n'
 
@@ -99,7 +99,7 @@ def main() -> int:
     conf = ('authorization { timeout: 5, users = [\n'
             f'  {{user: hashed, password: "{hashed}"}}\n  {{user: ok, password: ok}}\n] }}\n')
     for kind in ("reference", "tidings"):
-        server: RunningServer = start_configured(kind, conf)
+        server: Server = start_configured(kind, conf)
         try:
             quiet = rtts(server.port, 2.0)
             answered: list[int] = []

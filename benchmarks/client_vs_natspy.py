@@ -36,7 +36,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import tidings.client  # noqa: E402
-from tests.servers import RunningServer, start_reference, start_tidings  # noqa: E402
+from tests.harness import Server, start_reference, start_tidings  # noqa: E402
 
 LIBS: dict[str, Any] = {"nats-py": nats, "tidings": tidings.client}
 SUBJECT = "bench.client"
@@ -161,7 +161,7 @@ async def bench_request(lib: Any, url: str, count: int, size: int) -> float:
 Workload = Callable[[Any], Awaitable[float]]
 
 
-def workloads(server: RunningServer, quick: bool) -> list[tuple[str, str, float | None, Workload]]:
+def workloads(server: Server, quick: bool) -> list[tuple[str, str, float | None, Workload]]:
     url, port = server.url, server.port
     scale = 5 if quick else 1
     n_pub, n_sub, n_req = 500_000 // scale, 200_000 // scale, 20_000 // scale
@@ -176,7 +176,7 @@ def workloads(server: RunningServer, quick: bool) -> list[tuple[str, str, float 
     ]
 
 
-async def run_all(server: RunningServer, runs: int, quick: bool,
+async def run_all(server: Server, runs: int, quick: bool,
                   console: Console) -> list[dict[str, Any]]:
     rows = []
     for title, unit, target, work in workloads(server, quick):

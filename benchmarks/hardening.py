@@ -59,7 +59,7 @@ from rich.table import Table  # noqa: E402
 
 import tidings.streaming.client as stan  # noqa: E402
 from benchmarks.compare import fmt  # noqa: E402
-from tests.servers import RunningServer, start_reference, start_tidings  # noqa: E402
+from tests.harness import Server, start_reference, start_tidings  # noqa: E402
 from tidings.bench.procstat import memory_kib  # noqa: E402
 from tidings.bench.report import write_json  # noqa: E402
 from tidings.bench.wire import Conn, Endpoint, ProtocolError, pub_frame, sub_frame  # noqa: E402
@@ -374,7 +374,7 @@ class CloseWatch:
 class Session:
     """One workload run on one server: its connections and background tasks, ended together."""
 
-    server: RunningServer
+    server: Server
     size: Size
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
@@ -771,7 +771,7 @@ WORKLOADS = (
 
 
 @contextlib.contextmanager
-def serve(side: str, workload: Workload) -> Iterator[RunningServer]:
+def serve(side: str, workload: Workload) -> Iterator[Server]:
     """A fresh server for one workload run; for streaming, the reference gets a tidings
     streaming server as a separate process (there is no reference streaming server here)."""
     if side == TIDINGS:

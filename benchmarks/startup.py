@@ -25,7 +25,16 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout
     sys.path.insert(0, str(ROOT))
 
-from tests.servers import free_port, nats_server_binary  # noqa: E402
+from tests.harness import nats_server_binary  # noqa: E402
+
+
+def free_port() -> int:
+    """A port nobody listens on now: what is timed is exec to the first INFO on a port
+    known before the start (reading a port back from the log would time the log too)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
 
 TIDINGS = [sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1", "-p", "{port}"]
 COMMANDS = {

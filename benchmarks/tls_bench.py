@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout
     sys.path.insert(0, str(ROOT))
 
-from tests.servers import RunningServer, start_configured  # noqa: E402
+from tests.harness import Server, start_configured  # noqa: E402
 
 SUBJECT = b"tls.bench"
 PAYLOAD = b"x" * 16
@@ -47,7 +47,7 @@ def make_certs(d: Path) -> tuple[str, str, str]:
     return str(d / "ca.pem"), str(d / "server.pem"), str(d / "server-key.pem")
 
 
-def start(kind: str, cert: str, key: str) -> RunningServer:
+def start(kind: str, cert: str, key: str) -> Server:
     return start_configured(kind, f'tls {{\n  cert_file: "{cert}"\n  key_file: "{key}"\n}}\n')
 
 

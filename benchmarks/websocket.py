@@ -25,20 +25,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout
     sys.path.insert(0, str(ROOT))
 
-from tests.servers import (  # noqa: E402
-    RunningServer,
-    free_port,
-    start_configured,
-    wait_listening,
-)
+from tests.harness import Server, start_configured  # noqa: E402
 
 
-def start(kind: str) -> tuple[RunningServer, int]:
+def start(kind: str) -> tuple[Server, int]:
     """A server of `kind` with a plain WebSocket listener: (the server, its ws port)."""
-    ws_port = free_port()
-    server = start_configured(kind, f"websocket {{ listen: 127.0.0.1:{ws_port}, no_tls: true }}\n")
-    wait_listening(ws_port, server.proc)
-    return server, ws_port
+    server = start_configured(kind, "websocket { listen: 127.0.0.1:-1, no_tls: true }\n")
+    return server, server.ports["websocket"]
 
 
 async def _handshake(ws: aiohttp.ClientWebSocketResponse, extra: bytes = b"") -> None:

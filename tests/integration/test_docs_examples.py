@@ -45,7 +45,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import free_port
+from tidings.testing.process import ports_in
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
@@ -205,15 +205,14 @@ def ready_check(args: list[str]) -> Callable[[str], bool] | None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`tidings server` with its defaults (streaming on, memory store), on a free port;
-    its `host:port`."""
-    port = free_port()
-    args = ["server", "-a", "127.0.0.1", "-p", str(port)]
+    """`tidings server` with its defaults (streaming on, memory store), on a port of its
+    own (read from its log); its `host:port`."""
+    args = ["server", "-a", "127.0.0.1", "-p", "-1"]
     proc = Proc([sys.executable, "-m", "tidings", *args], tmp_path_factory.mktemp("server"),
                 server_ready(args))
     try:
         proc.wait_ready(time.monotonic() + TIMEOUT)
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{ports_in(proc.output)['client']}"
     finally:
         proc.interrupt()
         if proc.finish(time.monotonic() + TIMEOUT) != 0:
@@ -265,30 +264,55 @@ def run_pytest(block: Block, cwd: Path, deadline: float) -> None:
                cwd, deadline)
 
 
-PORT_FLAGS = {"-p", "--port", "-m", "--http_port", "-ms", "--https_port"}
+# The flags of a port a server listens on, and the listener its log names it by.
+PORT_FLAGS = {"-p": "client", "--port": "client", "-m": "http", "--http_port": "http",
+              "-ms": "https", "--https_port": "https"}
+CLUSTER_FLAGS = {"--cluster", "--cluster_listen"}
+NUMBER_IN_URL = r"(?<=:)(\d{2,5})\b"
 
 
 class Ports:
-    """The ports a block names, each on a free one (the same number on the same port)."""
+    """The ports a block names. Where a server command listens on one (-p N, -m N, a
+    --cluster URL) it listens on any free port instead (-1; 0 in a URL), read from its log
+    once it serves; where a later command names N (a route, a --nats URL) it gets the port
+    the first got. (No port is chosen before a start.)"""
 
     def __init__(self) -> None:
-        self.given: dict[str, str] = {}
+        self.listens: dict[int, dict[str, str]] = {}  # command -> number -> listener
+        self.actual: dict[str, str] = {}  # number -> the port it stands for
 
-    def __call__(self, number: str) -> str:
-        return self.given.setdefault(number, str(free_port()))
-
-    def args(self, args: list[str]) -> list[str]:
-        out = []
+    def listening(self, index: int, args: list[str]) -> list[str]:
+        """A server command's arguments: its own ports any free one, noted."""
+        mine, out = self.listens.setdefault(index, {}), []
         for i, arg in enumerate(args):
-            if i and args[i - 1] in PORT_FLAGS and arg.isdigit():
-                out.append(self(arg))
+            flag = args[i - 1] if i else ""
+            if flag in PORT_FLAGS and arg.isdigit():
+                mine[arg] = PORT_FLAGS[flag]
+                out.append("-1")
+            elif flag in CLUSTER_FLAGS and (m := re.search(NUMBER_IN_URL, arg)):
+                mine[m.group(1)] = "route"
+                out.append(arg[:m.start()] + "0" + arg[m.end():])
             else:
-                out.append(re.sub(r"(?<=:)(\d{2,5})\b", lambda m: self(m.group(1)), arg))
+                out.append(arg)
         return out
 
-    def conf(self, text: str) -> str:
+    def resolve(self, args: list[str]) -> list[str]:
+        """The ports a command names, as the servers before it got them."""
+        return [re.sub(NUMBER_IN_URL, lambda m: self.actual.get(m.group(1), m.group(1)), arg)
+                for arg in args]
+
+    def learn(self, index: int, output: str) -> None:
+        """What command `index` listens on, from its log."""
+        got = ports_in(output)
+        for number, listener in self.listens.get(index, {}).items():
+            if listener in got:
+                self.actual[number] = str(got[listener])
+
+    @staticmethod
+    def conf(text: str) -> str:
+        """A configuration file's own ports: any free one (-1)."""
         return re.sub(r"(\b(?:\w+_)?(?:port|listen)\s*[:=]?\s*\"?(?:[\w.]*:)?)(\d{2,5})\b",
-                      lambda m: m.group(1) + self(m.group(2)), text)
+                      lambda m: m.group(1) + "-1", text)
 
 
 def commands(block: Block) -> list[list[str]]:
@@ -303,27 +327,32 @@ def commands(block: Block) -> list[list[str]]:
     return out
 
 
-def prepared(cmds: list[list[str]], server: str) -> list[list[str]]:
-    """The commands as the test runs them: on the test server, or on ports of their own."""
-    if not any(c[1:2] == ["server"] for c in cmds):
-        return [[local_url(a, server) for a in c[1:]] for c in cmds]
+def prepared(cmds: list[list[str]], server: str) -> tuple[list[list[str]], Ports]:
+    """The commands as the test runs them: on the test server, or on ports of their own
+    (resolved as they run)."""
     ports, out = Ports(), []
-    for cmd in cmds:
-        args = ports.args(cmd[1:])
+    if not any(c[1:2] == ["server"] for c in cmds):
+        return [[local_url(a, server) for a in c[1:]] for c in cmds], ports
+    for index, cmd in enumerate(cmds):
+        args = cmd[1:]
         if args[:1] == ["server"]:
+            args = ports.listening(index, args)
             if not {"-p", "--port"} & set(args):
-                args += ["-p", str(free_port())]
+                args += ["-p", "-1"]
             if not {"-a", "--addr", "--net"} & set(args):
                 args += ["-a", "127.0.0.1"]
         out.append(args)
-    return out
+    return out, ports
 
 
-def run_commands(cmds: list[list[str]], cwd: Path, deadline: float) -> None:
+def run_commands(cmds: list[list[str]], cwd: Path, deadline: float,
+                 ports: Ports | None = None) -> None:
     """Each in order; those that serve stay up until the end, then get a Ctrl-C."""
     serving: list[Proc] = []
+    ports = ports or Ports()
     try:
-        for args in cmds:
+        for index, args in enumerate(cmds):
+            args = ports.resolve(args)
             check = ready_check(args)
             proc = Proc([sys.executable, "-m", "tidings", *args], cwd, check)
             if check is None:
@@ -333,6 +362,7 @@ def run_commands(cmds: list[list[str]], cwd: Path, deadline: float) -> None:
                 continue
             serving.append(proc)
             proc.wait_ready(deadline)
+            ports.learn(index, proc.output)
         for proc in reversed(serving):
             proc.interrupt()
             code = proc.finish(deadline)
@@ -344,12 +374,13 @@ def run_commands(cmds: list[list[str]], cwd: Path, deadline: float) -> None:
 
 
 def run_shell(block: Block, server: str, cwd: Path, deadline: float) -> None:
-    run_commands(prepared(commands(block), server), cwd, deadline)
+    cmds, ports = prepared(commands(block), server)
+    run_commands(cmds, cwd, deadline, ports)
 
 
 def run_conf(block: Block, cwd: Path, deadline: float) -> None:
-    (cwd / "example.conf").write_text(Ports().conf(block.text))
-    run_commands([["server", "-c", "example.conf", "-a", "127.0.0.1", "-p", str(free_port())]],
+    (cwd / "example.conf").write_text(Ports.conf(block.text))
+    run_commands([["server", "-c", "example.conf", "-a", "127.0.0.1", "-p", "-1"]],
                  cwd, deadline)
 
 
