@@ -2,7 +2,7 @@
 
 - servers.py: tidings (through `tidings.testing`) and the reference nats-server, each on
   ports of its own read back from its log; `start_tidings`, `start_reference`,
-  `start_configured`;
+  `start_configured`, and `start_inprocess` (tidings on the test's event loop);
 - processes.py: other commands, logged and watched the same way (`Process`);
 - proxy.py: the TCP proxy with freeze, thaw and drop;
 - waits.py: `wait_until`, `eventually`, `wait_listening`, `wait_for_file_line` (a
@@ -22,18 +22,20 @@ from .processes import (
 )
 from .proxy import Proxy
 from .servers import (
+    InProcessServer,
     ReferenceServer,
     Server,
     TidingsServer,
     nats_server_binary,
     start_configured,
+    start_inprocess,
     start_reference,
     start_tidings,
     workdir,
 )
 from .waits import eventually, wait_for_file_line, wait_listening, wait_until
 
-__all__ = ["Process", "Proxy", "ReferenceServer", "Server", "TidingsServer", "eventually",
+__all__ = ["InProcessServer", "Process", "Proxy", "ReferenceServer", "Server", "TidingsServer", "eventually",
            "nats_server_binary", "refused_port", "server_command", "start_configured",
-           "start_reference", "start_server_process", "start_tidings", "stop_process", "tidings_command", "wait_for_file_line",
+           "start_inprocess", "start_reference", "start_server_process", "start_tidings", "stop_process", "tidings_command", "wait_for_file_line",
            "wait_listening", "wait_until", "workdir"]

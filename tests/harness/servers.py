@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tidings.testing.inprocess import InProcessServer
 from tidings.testing.process import SubprocessServer, with_port
 from tidings.testing.spec import ServerSpec
 
@@ -171,5 +172,13 @@ def start_configured(kind: str, conf_text: str, extra_args: list[str] | None = N
     return start_tidings(port, extra_args, streaming=streaming, config=conf_text, **options)
 
 
-__all__ = ["ReferenceServer", "Server", "TidingsServer", "nats_server_binary",
-           "start_configured", "start_reference", "start_tidings", "with_port", "workdir"]
+async def start_inprocess(**options: Any) -> InProcessServer:
+    """A tidings server on the running event loop (tidings.testing's InProcessServer), with
+    ServerSpec's keywords; `await server.stop()` after. Its log is left to the loggers."""
+    server = InProcessServer(ServerSpec.from_kwargs(**options), workdir("inprocess"),
+                             capture_log=False)
+    return await server.start()
+
+
+__all__ = ["InProcessServer", "ReferenceServer", "Server", "TidingsServer", "nats_server_binary",
+           "start_configured", "start_inprocess", "start_reference", "start_tidings", "with_port", "workdir"]

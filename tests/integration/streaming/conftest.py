@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests.harness import InProcessServer, start_inprocess
 from tidings.client import connect as nats_connect
-from tidings.server.options import ServerOptions
-from tidings.server.server import Server
 from tidings.streaming.client import StanError, StreamingClient
 from tidings.streaming.client import connect as stan_connect
 from tidings.streaming.server import RunningStreaming, StreamingOptions, start_streaming
@@ -28,7 +27,7 @@ from tidings.streaming.server import RunningStreaming, StreamingOptions, start_s
 class Env:
     """A running streaming server, its core NATS server (if in-process) and its clients."""
 
-    def __init__(self, opts: StreamingOptions, url: str, core: Server | None) -> None:
+    def __init__(self, opts: StreamingOptions, url: str, core: InProcessServer | None) -> None:
         self.opts = opts
         self.url = url
         self.core = core
@@ -109,7 +108,7 @@ class Env:
                 await nc.close()
         await self.stop_streaming()
         if self.core is not None:
-            await self.core.shutdown()
+            await self.core.stop()
 
 
 StanFactory = Callable[..., Awaitable[Env]]
@@ -123,9 +122,8 @@ async def stan() -> AsyncIterator[StanFactory]:
     async def make(nats_url: str | None = None, monitor: bool = False, **opts: Any) -> Env:
         core = None
         if nats_url is None:
-            core = Server(ServerOptions(host="127.0.0.1", port=0, no_log=True))
-            await core.start()
-            nats_url = f"nats://127.0.0.1:{core.port}"
+            core = await start_inprocess(no_log=True)
+            nats_url = core.url
         if monitor:
             opts.setdefault("http_port", -1)  # any free port: env.monitor_port
             opts.setdefault("http_host", "127.0.0.1")

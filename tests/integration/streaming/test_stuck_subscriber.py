@@ -11,8 +11,7 @@ import asyncio
 import socket
 import time
 
-from tidings.server.options import ServerOptions
-from tidings.server.server import Server
+from tests.harness import start_inprocess
 
 from .conftest import StanFactory
 
@@ -20,8 +19,7 @@ MIB = 1024 * 1024
 
 
 async def test_stuck_wildcard_subscriber_does_not_hold_pubacks(stan: StanFactory) -> None:
-    core = Server(ServerOptions(host="127.0.0.1", port=0, no_log=True, max_pending=MIB))
-    await core.start()
+    core = await start_inprocess(no_log=True, max_pending=MIB)
     stuck = socket.socket()
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     env = await stan(nats_url=f"nats://127.0.0.1:{core.port}")
@@ -50,4 +48,4 @@ async def test_stuck_wildcard_subscriber_does_not_hold_pubacks(stan: StanFactory
     finally:
         stuck.close()
         await env.close()  # before its core server goes
-        await core.shutdown()
+        await core.stop()
