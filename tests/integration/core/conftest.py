@@ -3,6 +3,7 @@ same options, shared by the whole session, and the differential summary line."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -75,6 +76,21 @@ def small_tidings(server_pairs: ServerPair) -> Server:
 def auth_tidings(server_pairs: ServerPair) -> Server:
     """tidings requiring user alice, password s3cret."""
     return server_pairs.get("tidings", "auth")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Under pytest-xdist, a worker hands its differential results to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["tidings_diff_results"] = json.dumps(DIFF_RESULTS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """(pytest-xdist, on the controller) a worker's differential results join the summary."""
+    got = getattr(node, "workeroutput", {}).get("tidings_diff_results")
+    if got:
+        DIFF_RESULTS.update({k: tuple(v) for k, v in json.loads(got).items()})
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
