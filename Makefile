@@ -24,9 +24,12 @@ $(STAMP): $(PY) $(SOURCES)
 run: $(RUN_STAMP)
 	$(VENV)/bin/tidings server --addr 0.0.0.0 --port 4222 --store file --dir ./data
 
+# Two workers (pytest-xdist, a file's tests on one worker), then the tests marked serial
+# alone (the markers in pyproject.toml; tests/harness/__init__.py says which and why).
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not serial"
+	$(PY) -m pytest -q -m serial
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -10,6 +10,13 @@
 - ports.py: `refused_port`, a port that refuses connections;
 - fixtures.py: the fixtures (tidings_factory, reference_factory, any_server,
   proxy_factory, refused_port, ...), loaded by tests/conftest.py.
+
+Every server picks its own ports, so tests run in parallel (`make test`: pytest-xdist, two
+workers, a file's tests on one). Those marked `serial` run alone afterwards: the docs
+examples (the checkout's directories are watched for files an example makes), the FT
+takeovers (timed against heartbeats), a WebSocket reader that must keep up with a burst.
+A restart on the same port (a client reconnecting to its URL) can still find its port
+taken: by then it is an ephemeral port any outgoing connection of the machine may get.
 """
 
 from .ports import refused_port

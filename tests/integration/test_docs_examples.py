@@ -48,6 +48,9 @@ import pytest
 from tidings.testing.process import ports_in
 
 ROOT = Path(__file__).resolve().parents[2]
+# serial: an example must make no file outside its directory, and the checkout's directories
+# are watched for new ones, which tests beside it would make (make test runs it alone).
+pytestmark = pytest.mark.serial
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 TIMEOUT = 20.0
 SPARK_TIMEOUT = 90.0

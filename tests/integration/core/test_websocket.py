@@ -488,6 +488,7 @@ def test_ws_listener_port_in_use(tmp_path: Path) -> None:
             assert "Unable to listen for websocket connections" in out.stderr, out.stderr
 
 
+@pytest.mark.serial  # a reader that keeps up with 6.4 MB: not beside other tests' load
 @pytest.mark.parametrize("kind", KINDS)
 async def test_ws_reader_keeping_up_gets_a_burst_bigger_than_max_pending(
         kind: str, tmp_path: Path) -> None:

@@ -33,7 +33,8 @@ from .conftest import Inbox
 from .test_cli import get_json
 from .test_node_client import node_client  # noqa: F401  (a fixture)
 
-pytestmark = pytest.mark.timeout(180)
+# serial: kill -9 takeovers timed against the FT heartbeats, bounded (make test runs them alone).
+pytestmark = [pytest.mark.timeout(180), pytest.mark.serial]
 
 CID = "test-cluster"
 FT_SUBJECT = f"_STAN.ft.{CID}.g"
