@@ -113,3 +113,26 @@ MATCHES = [
 def test_matching(pattern: str, subject: str, matches: bool) -> None:
     assert subject_matches(pattern, subject) is matches
     assert subject_matches(pattern.encode(), subject.encode()) is matches
+
+
+# -- the copies elsewhere, compared with this module's matcher before they are removed --------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tidings.spark.planning import subject_matches as spark_matches  # noqa: E402
+from tidings.streaming.stores.base import _matches as store_matches  # noqa: E402
+
+TOKENS = ["a", "b", "ab", "*", ">", "a*", ">b", "", "?", "[a]", " "]
+names = st.lists(st.sampled_from(TOKENS), min_size=1, max_size=5).map(".".join)
+
+
+@settings(max_examples=20000, deadline=None, database=None)
+@given(pattern=names, subject=names)
+def test_copies_agree(pattern: str, subject: str) -> None:
+    new = subject_matches(pattern, subject)
+    assert new is subject_matches(pattern.encode(), subject.encode())
+    wild_chars = "*" in pattern or ">" in pattern
+    assert store_matches(pattern, subject) is (new and wild_chars)
+    ptoks = pattern.split(".")
+    if "*" in ptoks or ptoks[-1] == ">":
+        assert spark_matches(pattern, subject) is new
