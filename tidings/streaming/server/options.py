@@ -19,6 +19,7 @@ from typing import Any
 from ... import config
 from ...config import parse_duration
 from ...oserrors import about
+from ...protocol.subjects import subject_matches
 from ..stores import ChannelLimits, StoreError, StoreLimits
 from .flags import (  # noqa: F401  (the flags' names, also known from here)
     DEFAULT_CLUSTER_ID,
@@ -73,12 +74,10 @@ class StreamingOptions:
 
     def inactivity_for(self, channel: str) -> float:
         """Max inactivity of a channel (seconds, 0 = never deleted)."""
-        from ..stores.base import _matches
-
         if channel in self.channel_inactivity:
             return self.channel_inactivity[channel]
         for pattern, value in self.channel_inactivity.items():
-            if _matches(pattern, channel):
+            if subject_matches(pattern, channel):
                 return value
         return self.max_inactivity
 
