@@ -189,11 +189,14 @@ def start_reference(port: int | None = None, extra_args: list[str] | None = None
 
 
 def start_configured(kind: str, conf_text: str, extra_args: list[str] | None = None,
-                     port: int | None = None, streaming: bool = True) -> RunningServer:
+                     port: int | None = None, streaming: bool = True,
+                     listening: tuple[int, ...] = ()) -> RunningServer:
     """Start tidings or the reference ("tidings" | "reference") on a configuration file
     holding `conf_text`, listening on a free 127.0.0.1 port. tidings starts as a user starts
     it, with its embedded streaming server (`streaming=False` only where a test is about
-    something that streaming would disturb)."""
+    something that streaming would disturb). Returns once the client port answers, and the
+    route port of `--cluster` in `extra_args` and every port in `listening` accept (a route
+    port named in the file: both servers open it after the client port)."""
     port = port or free_port()
     fd, conf = tempfile.mkstemp(suffix=".conf", prefix=f"{kind}-")
     with os.fdopen(fd, "w") as f:
@@ -210,6 +213,9 @@ def start_configured(kind: str, conf_text: str, extra_args: list[str] | None = N
     os.close(log_fd)
     try:
         _wait_ready(port, proc)
+        _wait_route_listener(extra_args, proc)
+        for other in listening:
+            wait_listening(other, proc)
     except RuntimeError as exc:
         raise RuntimeError(f"{exc}: {Path(log_path).read_text()[-2000:]}") from None
     return RunningServer(kind, port, proc, {}, [conf, log_path], log_path)

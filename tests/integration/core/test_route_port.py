@@ -138,7 +138,7 @@ def test_a_password_with_url_characters(kind: str) -> None:
     route_port = free_port()
     conf = (f"cluster {{\n  listen: 127.0.0.1:{route_port}\n  name: X\n"
             f'  authorization {{ user: ruser, password: "{ODD_PASSWORD}" }}\n}}\n')
-    server = start_configured(kind, conf)
+    server = start_configured(kind, conf, listening=(route_port,))
     node = Node(server, route_port)
     try:
         with RawConn(route_port) as peer:
@@ -165,7 +165,7 @@ def test_a_seed_route_url_with_an_encoded_password() -> None:
     ref_route = free_port()
     conf = (f"cluster {{\n  listen: 127.0.0.1:{ref_route}\n  name: X\n"
             f'  authorization {{ user: ruser, password: "{ODD_PASSWORD}" }}\n}}\n')
-    reference = start_configured("reference", conf)
+    reference = start_configured("reference", conf, listening=(ref_route,))
     encoded = urllib.parse.quote(ODD_PASSWORD, safe="")
     ours = start_tidings(extra_args=[
         "--no_streaming", "--cluster", f"nats://127.0.0.1:{free_port()}", "--cluster_name",
