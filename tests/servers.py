@@ -18,11 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tidings.testing.spec import free_port
 
 
 def nats_server_binary() -> str:
@@ -137,18 +133,43 @@ def _wait_route_listener(extra_args: list[str] | None, proc: subprocess.Popen[by
             wait_listening(port, proc)
 
 
+READY = "Server is ready"  # what tidings logs once all it starts is up (streaming too)
+
+
+def wait_logged(log_path: str, line: str, proc: subprocess.Popen[bytes],
+                timeout: float = 30.0) -> None:
+    """Until the server has logged `line` (the embedded streaming server starts after the
+    client port answers, and says so only in the log)."""
+    deadline = time.monotonic() + timeout
+    while line not in Path(log_path).read_text(errors="replace"):
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the server did not log {line!r}")
+        time.sleep(0.02)
+
+
 def start_tidings(port: int | None = None, extra_args: list[str] | None = None,
                   **options: Any) -> RunningServer:
+    """A `tidings server` subprocess, returned once it is ready (its log kept in a file)."""
     port = port or free_port()
-    cmd = [sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1", "-p", str(port), "-q"]
+    cmd = [sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1", "-p", str(port)]
     for key, value in options.items():
         cmd += [_TIDINGS_FLAGS[key], str(value)]
-    cmd += extra_args or []
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-                            if os.environ.get("TIDINGS_TEST_QUIET") else None)
-    _wait_ready(port, proc)
-    _wait_route_listener(extra_args, proc)
-    return RunningServer("tidings", port, proc, options)
+    args = extra_args or []
+    cmd += args
+    log_fd, log_path = tempfile.mkstemp(suffix=".log", prefix="tidings-")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log_fd)
+    os.close(log_fd)
+    try:
+        _wait_ready(port, proc)
+        _wait_route_listener(extra_args, proc)
+        if not {"-l", "--log", "-q", "--quiet"} & set(args):
+            wait_logged(log_path, READY, proc)
+    except RuntimeError as exc:
+        proc.kill()
+        raise RuntimeError(f"{exc}: {Path(log_path).read_text()[-2000:]}") from None
+    return RunningServer("tidings", port, proc, options, [log_path], log_path)
 
 
 def _duration(seconds: float) -> str:
@@ -216,6 +237,8 @@ def start_configured(kind: str, conf_text: str, extra_args: list[str] | None = N
         _wait_route_listener(extra_args, proc)
         for other in listening:
             wait_listening(other, proc)
+        if kind == "tidings" and not {"-l", "--log", "-q", "--quiet"} & set(extra_args or []):
+            wait_logged(log_path, READY, proc)
     except RuntimeError as exc:
         raise RuntimeError(f"{exc}: {Path(log_path).read_text()[-2000:]}") from None
     return RunningServer(kind, port, proc, {}, [conf, log_path], log_path)

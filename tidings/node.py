@@ -42,9 +42,10 @@ class Node:
         self.server: Server | None = None
         self.streaming: Any = None  # streaming.server.RunningStreaming, while it runs
 
-    async def start(self) -> Server:
+    async def start(self, core_started: Callable[[Server], None] | None = None) -> Server:
         """Start the core (and its cluster), then streaming; on a failure, what started is
-        stopped again and the error raised (a listener's names it and its address)."""
+        stopped again and the error raised (a listener's names it and its address).
+        `core_started(server)` is called once the core listens, before streaming starts."""
         server = Server(self.options)
         if self.options.cluster:
             from .cluster.cluster import Cluster
@@ -53,6 +54,8 @@ class Node:
             server.plug(server.cluster)
         await server.start(announce=self.streaming_options is None)
         self.server = server
+        if core_started is not None:
+            core_started(server)
         if self.streaming_options is not None:
             try:
                 self.streaming = await self._start_streaming(server)
@@ -109,7 +112,15 @@ class Node:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
-        starting = loop.create_task(self.start())
+
+        def core_started(server: Server) -> None:
+            # As soon as the core listens (a client may signal it while streaming starts).
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signal.SIGUSR2, server.enter_lame_duck)
+                if reload_options is not None:
+                    loop.add_signal_handler(signal.SIGHUP, server.reload_with, reload_options)
+
+        starting = loop.create_task(self.start(core_started))
         if not await _first(starting, stop):
             starting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -118,10 +129,6 @@ class Node:
             log.info("Server Exiting..")
             return
         server = starting.result()
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGUSR2, server.enter_lame_duck)
-            if reload_options is not None:
-                loop.add_signal_handler(signal.SIGHUP, server.reload_with, reload_options)
         try:
             await _first(loop.create_task(server.serve_forever()), stop)
         finally:

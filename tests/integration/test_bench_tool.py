@@ -22,6 +22,7 @@ import pytest
 
 from tidings.bench.counter import FrameCounter
 from tidings.bench.wire import msg_frame_len
+from tidings.testing.spec import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MSGS = 3000
@@ -33,12 +34,6 @@ CONNS = 200
 def nats_server_binary() -> str | None:
     beside = Path(sys.executable).parent / "nats-server"
     return str(beside) if beside.exists() else shutil.which("nats-server")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

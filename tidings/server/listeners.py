@@ -39,6 +39,9 @@ class Listener:
     async def stop(self) -> None:
         """Release the port and what it still holds."""
 
+    def tls_changed(self, context: Any) -> None:
+        """A reload gave the client port's TLS a new SSL context."""
+
 
 class ClientPort(Listener):
     """The client port: plain TCP, or TLS (tls_session.py)."""
@@ -75,6 +78,10 @@ class ClientPort(Listener):
             self._listener.close()
 
     lame_duck = close
+
+    def tls_changed(self, context: Any) -> None:
+        if self._listener is not None and hasattr(self._listener, "context"):
+            self._listener.context = context  # (a TLSListener's, read at each handshake)
 
     async def stop(self) -> None:
         if self._listener is not None:

@@ -60,11 +60,12 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
         log.info("Reloaded: %s", _shown(name, getattr(new, name)))
     if tls_context is not None:
         server.tls_context = tls_context
-        listener: Any = server._listener
-        if listener is not None and hasattr(listener, "context"):
-            listener.context = tls_context  # new handshakes take the new certificate
+        for listener in server.listeners:
+            listener.tls_changed(tls_context)  # new handshakes take the new certificate
     if {"max_payload", "max_control_line"} & set(changed):
         for client in server.clients.values():
+            if client.internal:
+                continue  # not bounded by the clients' limits (ClientConnection.make_internal)
             client.parser.max_payload = new.max_payload
             client.parser.max_control_line = new.max_control_line
     if "max_pending" in changed:

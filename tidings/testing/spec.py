@@ -17,11 +17,21 @@ _FLAGS = {"password": "--pass", "token": "--auth", "http_port": "--http_port"}
 _BOOL_FLAGS = {"debug": "-D", "trace": "-V", "no_advertise": "--no_advertise"}
 
 
+_handed_out: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on now (for a route listener, which needs one up front)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A TCP port nobody listens on now (for a route listener, which needs one up front),
+    and none this process was given before: the kernel hands the port it just freed out
+    again, so two calls in a row could name one port for two listeners."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            break
+    _handed_out.add(port)
+    return port
 
 
 @dataclass

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,12 +23,7 @@ from tidings.server.server import Server
 from tidings.streaming.client import StanError, StreamingClient
 from tidings.streaming.client import connect as stan_connect
 from tidings.streaming.server import RunningStreaming, StreamingOptions, start_streaming
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tidings.testing.spec import free_port
 
 
 class Env:

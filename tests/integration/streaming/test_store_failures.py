@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.faultydisk import Disk
-from tests.servers import free_port, start_tidings
+from tests.servers import free_port, start_tidings, stop_process
 from tidings.streaming.client import StanError
 from tidings.streaming.client import connect as stan_connect
 from tidings.streaming.stores.file import FileStore
@@ -324,7 +325,16 @@ def test_recovery_stops_on_valid_records_after_a_torn_one_unless_told_to_truncat
     assert refused.returncode != 0
     assert f"{seg}: corrupt record at offset {last} followed by valid records" in refused.stderr
     assert "Traceback" not in refused.stderr
-    srv = start_tidings(extra_args=cmd[8:] + ["--file_truncate_bad_eof", "true"])
-    srv.stop()
+    log = tmp_path / "server.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([*cmd, "--file_truncate_bad_eof", "true"],
+                                stdout=subprocess.DEVNULL, stderr=err)
+    # The store is recovered (and truncated) when the streaming server starts, after the
+    # client port answers; a stop signal before that stops the start.
+    deadline = time.monotonic() + 30
+    while "Streaming server ready" not in log.read_text(errors="replace"):
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.02)
+    stop_process(proc)
     with FileStore(data) as store:
         assert store.first_last("foo") == (1, 4)
