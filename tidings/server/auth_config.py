@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import ConfigError, Section, parse_duration
+from ..config import ConfigError, Section
+from ..config.units import file_duration
 from ..protocol.subjects import is_valid_subject
 from .auth_options import (
     RESPONSE_EXPIRES,
@@ -51,7 +52,7 @@ def parse_authorization(block: Any, changes: dict[str, Any], auth: AuthOptions) 
         elif name == "token":
             single["token"] = _string(block, key, value)
         elif name == "timeout":
-            changes["auth_timeout"] = parse_duration(value)
+            changes["auth_timeout"] = file_duration(value)
         elif name == "users":
             users = _users(block, key, value)
         elif name in ("default_permission", "default_permissions", "permissions"):
@@ -214,7 +215,7 @@ def _responses(block: Any, key: str, value: Any) -> ResponsePermission | None:
             if not isinstance(v, str):
                 raise _error(value, k, "error parsing expires, not a duration string")
             try:
-                seconds = parse_duration(v)
+                seconds = file_duration(v)
             except ValueError as exc:
                 raise _error(value, k, f"error parsing expires: {exc}") from None
             expires = seconds or RESPONSE_EXPIRES

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ..config import ConfigError, Section, load, parse_duration, parse_size
+from ..config import ConfigError, Section, load
+from ..config.units import file_bool, file_duration, file_port, file_size
 from .auth_config import parse_authorization
 from .auth_options import AuthOptions
 from .options import ServerOptions, check
@@ -133,27 +134,10 @@ def _int(value: Any) -> int:
     return value
 
 
-def _size(value: Any) -> int:
-    return parse_size(value)
-
-
 def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {value!r}")
     return value
-
-
-def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"expected a boolean, got {value!r}")
-    return value
-
-
-def _port(value: Any) -> int:
-    port = _int(value)
-    if not -1 <= port <= 65535:
-        raise ValueError(f"port {port} out of range 0-65535")
-    return max(port, 0)
 
 
 def _host_port(text: Any, default_host: str = "0.0.0.0") -> tuple[str, int]:
@@ -163,7 +147,7 @@ def _host_port(text: Any, default_host: str = "0.0.0.0") -> tuple[str, int]:
         raise ValueError(f"could not parse address string {text!r}")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]  # [::1]:4222
-    return host or default_host, _port(int(port))
+    return host or default_host, file_port(int(port))
 
 
 def _listen(changes: dict[str, Any], value: Any) -> None:
@@ -176,7 +160,7 @@ def _monitor(port_field: str) -> Handler:
 
     def handle(changes: dict[str, Any], value: Any) -> None:
         if isinstance(value, int) and not isinstance(value, bool):
-            changes[port_field] = _port(value)
+            changes[port_field] = file_port(value)
             return
         host, changes[port_field] = _host_port(value, "")
         if host:
@@ -215,14 +199,14 @@ def _cluster(changes: dict[str, Any], value: Any) -> None:
         elif name in ("host", "net"):
             host = _str(item)
         elif name == "port":
-            port = _port(item)
+            port = file_port(item)
         elif name == "name":
             changes["cluster_name"] = _str(item)
         elif name == "routes":
             items = item if isinstance(item, list) else [item]
             changes["routes"] = [_str(r) for r in items]
         elif name == "no_advertise":
-            changes["no_advertise"] = _bool(item)
+            changes["no_advertise"] = file_bool(item)
         elif name in ("cluster_advertise", "advertise"):
             changes["cluster_advertise"] = _str(item)
         elif name == "authorization":
@@ -254,36 +238,36 @@ _KEYS: dict[str, Handler] = {
     "listen": _listen,
     "host": _to("host", _str),
     "net": _to("host", _str),
-    "port": _to("port", _port),
+    "port": _to("port", file_port),
     "server_name": _to("name", _str),
     "client_advertise": _to("client_advertise", _str),
     "http": _monitor("http_port"),
-    "http_port": _to("http_port", _port),
+    "http_port": _to("http_port", file_port),
     "https": _monitor("https_port"),
-    "https_port": _to("https_port", _port),
+    "https_port": _to("https_port", file_port),
     "tls": _tls,
-    "allow_non_tls": _to("allow_non_tls", _bool),
-    "monitor_port": _to("http_port", _port),
-    "max_payload": _to("max_payload", _size),
-    "max_control_line": _to("max_control_line", _size),
-    "max_pending": _to("max_pending", _size),
+    "allow_non_tls": _to("allow_non_tls", file_bool),
+    "monitor_port": _to("http_port", file_port),
+    "max_payload": _to("max_payload", file_size),
+    "max_control_line": _to("max_control_line", file_size),
+    "max_pending": _to("max_pending", file_size),
     "max_connections": _to("max_connections", _int),
     "max_conn": _to("max_connections", _int),
-    "ping_interval": _to("ping_interval", parse_duration),
+    "ping_interval": _to("ping_interval", file_duration),
     "ping_max": _to("ping_max", _int),
-    "write_deadline": _to("write_deadline", parse_duration),
-    "lame_duck_duration": _to("lame_duck_duration", parse_duration),
-    "lame_duck_grace_period": _to("lame_duck_grace_period", parse_duration),
+    "write_deadline": _to("write_deadline", file_duration),
+    "lame_duck_duration": _to("lame_duck_duration", file_duration),
+    "lame_duck_grace_period": _to("lame_duck_grace_period", file_duration),
     "authorization": _authorization,
     "no_auth_user": _no_auth_user,
     "cluster": _cluster,
-    "debug": _to("debug", _bool),
-    "trace": _to("trace", _bool),
-    "logtime": _to("logtime", _bool),
+    "debug": _to("debug", file_bool),
+    "trace": _to("trace", file_bool),
+    "logtime": _to("logtime", file_bool),
     "log_file": _to("log_file", _str),
     "logfile": _to("log_file", _str),
-    "logfile_size_limit": _to("log_size_limit", _size),
-    "log_size_limit": _to("log_size_limit", _size),
+    "logfile_size_limit": _to("log_size_limit", file_size),
+    "log_size_limit": _to("log_size_limit", file_size),
     "pid_file": _to("pid_file", _str),
     "pidfile": _to("pid_file", _str),
     # The streaming server's block is read by the streaming options (streaming/server).

@@ -5,6 +5,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field, replace
 
+from ..config.units import (
+    flag_bool,
+    flag_port,
+    flag_positive_int,
+    flag_seconds,
+    flag_size,
+)
 from ..protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD
 from .auth_options import AuthOptions
 
@@ -100,17 +107,6 @@ class ServerOptions:
         return bool(self.user or self.token or self.auth.configured)
 
 
-def port_number(text: str) -> int:
-    """A TCP port for argparse: 0..65535, and -1 (the reference's "any free port") is 0."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r}") from None
-    if not -1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"invalid port {port} (0 to 65535; 0 or -1: any free port)")
-    return max(port, 0)
-
-
 def route_list(text: str) -> list[str]:
     """Comma-separated route URLs, for argparse; each must name a host and a port."""
     from ..cluster.cluster import RouteURL
@@ -124,28 +120,17 @@ def route_list(text: str) -> list[str]:
     return urls
 
 
-def positive_int(text: str) -> int:
-    """An integer above zero, for argparse."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, not {value}")
-    return value
-
-
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags named as nats-server's. Their defaults are None: a flag given on the command line
     overrides the configuration file, which overrides ServerOptions' defaults."""
     d = ServerOptions()
     add = parser.add_argument
     add("-a", "--addr", "--net", dest="host", help=f"bind to host address (default {d.host})")
-    add("-p", "--port", type=port_number,
+    add("-p", "--port", type=flag_port,
         help=f"port for clients; 0 or -1 picks a free port (default {d.port})")
     add("-n", "--name", "--server_name", dest="name", help="server name (default: the server id)")
-    add("-m", "--http_port", type=port_number, help="HTTP port for monitoring")
-    add("-ms", "--https_port", type=port_number,
+    add("-m", "--http_port", type=flag_port, help="HTTP port for monitoring")
+    add("-ms", "--https_port", type=flag_port,
         help="HTTPS port for monitoring (with the client TLS certificate)")
     add("-c", "--config", default="", metavar="FILE", help="configuration file")
     add("-t", dest="test_config", action="store_true",
@@ -157,19 +142,20 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     add("-v", "--version", action="store_true", help="show the version and exit")
     add("--client_advertise", metavar="HOST[:PORT]",
         help="client URL to advertise to clients and other servers")
-    add("--max_payload", type=positive_int,
+    add("--max_payload", type=flag_positive_int,
         help=f"maximum message payload in bytes (default {d.max_payload})")
-    add("--max_control_line", type=positive_int,
+    add("--max_control_line", type=flag_positive_int,
         help=f"maximum control line in bytes (default {d.max_control_line})")
-    add("--max_connections", type=positive_int,
+    add("--max_connections", type=flag_positive_int,
         help=f"maximum client connections (default {d.max_connections})")
-    add("--max_pending", type=positive_int,
+    add("--max_pending", type=flag_positive_int,
         help=f"maximum bytes buffered for a client (default {d.max_pending})")
-    add("--ping_interval", type=float,
+    add("--ping_interval", type=flag_seconds,
         help=f"seconds between server pings (default {d.ping_interval:g})")
     add("--ping_max", type=int, help=f"unanswered pings before closing (default {d.ping_max})")
-    add("--auth_timeout", type=float, help="seconds a client has to send CONNECT when auth is on")
-    add("--write_deadline", type=float,
+    add("--auth_timeout", type=flag_seconds,
+        help="seconds a client has to send CONNECT when auth is on")
+    add("--write_deadline", type=flag_seconds,
         help="seconds a client may block writes before it is a slow consumer")
     add("--user", help="user required for connections")
     add("--pass", dest="password", help="password required")
@@ -177,7 +163,7 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     logging = parser.add_argument_group("logging")
     logging.add_argument("-l", "--log", "--log_file", dest="log_file", metavar="FILE",
                          help="file to redirect log output to")
-    logging.add_argument("--log_size_limit", type=size_flag, metavar="SIZE",
+    logging.add_argument("--log_size_limit", type=flag_size, metavar="SIZE",
                          help="start the log file anew past this size (default: never)")
     logging.add_argument("-T", "--logtime", nargs="?", const=True, type=flag_bool,
                          metavar="BOOL", help="timestamp log entries (default true)")
@@ -214,26 +200,6 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     tls.add_argument("--tlscacert", metavar="FILE", help="client certificate CA for verification")
     tls.add_argument("--tlsverify", nargs="?", const=True, type=flag_bool, metavar="BOOL",
                      help="enable TLS with client verification")
-
-
-def size_flag(text: str) -> int:
-    """A size for argparse: bytes, or with the configuration file's suffixes (10MB)."""
-    from ..config import parse_size
-
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def flag_bool(text: str) -> bool:
-    """A Go flag boolean: true/false, 1/0, t/f (any case)."""
-    value = text.strip().lower()
-    if value in ("true", "t", "1", "yes", "on"):
-        return True
-    if value in ("false", "f", "0", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"invalid boolean value {text!r}")
 
 
 # Flags the reference has and tidings does not (yet): refused with their reason.

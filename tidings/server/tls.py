@@ -16,7 +16,8 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-from ..config import ConfigError, Section, parse_duration
+from ..config import ConfigError, Section
+from ..config.units import file_duration
 from .options import TLSOptions
 
 # The reference's fall-back delay of `handshake_first: auto`.
@@ -79,7 +80,7 @@ def parse_tls_block(block: Any) -> TLSOptions:
             if isinstance(value, bool) or not isinstance(value, int | float | str):
                 raise ConfigError(f"{at}: error parsing tls config, 'timeout' wrong type")
             try:
-                timeout = parse_duration(value)
+                timeout = file_duration(value)
             except ValueError as exc:
                 raise ConfigError(f"{at}: error parsing tls config, 'timeout' {exc}") from None
         elif name in ("handshake_first", "first", "immediate"):
@@ -115,7 +116,7 @@ def _handshake_first(key: str, value: Any, at: str) -> tuple[bool, float]:
     if word in ("auto", "auto_fallback"):
         return True, AUTO_FALLBACK
     try:
-        return True, parse_duration(value)
+        return True, file_duration(value)
     except ValueError:
         raise ConfigError(f'{at}: field "{key}"\'s value "{value}" is invalid') from None
 

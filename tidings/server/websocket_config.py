@@ -12,7 +12,8 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..config import ConfigError, Section, parse_duration
+from ..config import ConfigError, Section
+from ..config.units import file_duration
 from .options import ServerOptions, TLSOptions, WebSocketOptions
 
 # Keys of the reference's block that tidings does not have.
@@ -47,7 +48,7 @@ def _handshake_timeout(value: Any) -> float:
         return float(value)
     if isinstance(value, str):
         try:
-            return parse_duration(value)
+            return file_duration(value)
         except ValueError:
             raise ValueError(f'time: invalid duration "{value}"') from None
     kind = {bool: "bool", float: "float64"}.get(type(value), type(value).__name__)

@@ -68,10 +68,10 @@ def test_out_of_range_ports_are_refused(flag: str, value: str) -> None:
 
 
 def test_port_numbers() -> None:
-    from tidings.server.options import port_number
+    from tidings.config.units import flag_port
 
-    assert port_number("4222") == 4222
-    assert port_number("0") == port_number("-1") == 0  # -1: the reference's RANDOM_PORT
+    assert flag_port("4222") == 4222
+    assert flag_port("0") == flag_port("-1") == 0  # -1: the reference's RANDOM_PORT
 
 
 @pytest.mark.parametrize("value", ["0", "-1"])

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 from tidings.config import parse as parse_config
-from tidings.streaming.server.options import (
-    StreamingOptions,
-    apply_config,
-    parse_duration,
-    parse_size,
-)
+from tidings.streaming.server.options import StreamingOptions, apply_config
 from tidings.streaming.stores import ChannelLimits, StoreLimits
 
 from .conftest import Inbox, wait_for
@@ -119,11 +114,3 @@ def test_config_file_reference_syntax():
     as_json = apply_config(StreamingOptions(), parse_config(
         '{"store_limits": {"max_msgs": 7, "channels": {"a": {"max_msgs": 2}}}}'))
     assert as_json.limits.max_msgs == 7 and as_json.limits.for_channel("a").max_msgs == 2
-
-
-def test_durations_and_sizes():
-    assert parse_duration("1h30m") == 5400.0
-    assert parse_duration("250ms") == 0.25
-    assert parse_duration("2.5") == 2.5
-    assert parse_size("1KB") == 1024 and parse_size("2GiB") == 2 << 30
-    assert parse_size("100") == 100

@@ -10,8 +10,7 @@ import argparse
 import re
 from typing import Any
 
-from ...config import parse_duration
-from ...server.options import port_number
+from ...config.units import flag_duration, flag_port
 from .. import defaults
 
 DEFAULT_CLUSTER_ID = "test-cluster"
@@ -68,13 +67,13 @@ def add_streaming_arguments(group: Any, standalone: bool = False) -> None:
         help=f"max messages per channel, 0 for unlimited (default {defaults.MAX_MSGS})")
     add("-mb", "--max_bytes", type=parse_size, default=None,
         help=f"max bytes per channel, 0 for unlimited (default {defaults.MAX_BYTES})")
-    add("-ma", "--max_age", type=parse_duration, default=None,
+    add("-ma", "--max_age", type=flag_duration, default=None,
         help="max age of messages, e.g. 24h; 0 for unlimited (default 0)")
-    add("-mi", "--max_inactivity", type=parse_duration, default=None,
+    add("-mi", "--max_inactivity", type=flag_duration, default=None,
         help="delete a channel without subscriptions or new messages after this; 0 = never")
-    add("-hbi", "--hb_interval", type=parse_duration, default=None,
+    add("-hbi", "--hb_interval", type=flag_duration, default=None,
         help="interval of heartbeats to clients (default 30s)")
-    add("-hbt", "--hb_timeout", type=parse_duration, default=None,
+    add("-hbt", "--hb_timeout", type=flag_duration, default=None,
         help="how long to wait for a heartbeat reply (default 10s)")
     add("-hbf", "--hb_fail_count", type=int, default=None,
         help="failed heartbeats before a client is closed (default 10)")
@@ -86,7 +85,7 @@ def add_streaming_arguments(group: Any, standalone: bool = False) -> None:
     add("--file_truncate_bad_eof", type=parse_bool, default=None, metavar="BOOL",
         help="file store recovery: truncate a file at a damaged record even when valid "
              "records follow it (they are lost); by default the server stops")
-    add("--sync_interval", type=parse_duration, default=None,
+    add("--sync_interval", type=flag_duration, default=None,
         help="seconds between fsyncs under --sync_policy interval (default 1s)")
     add("--sql_driver", type=str.lower, choices=SQL_DRIVERS, default=None,
         help="sql store: sqlite or postgres (default sqlite)")
@@ -101,6 +100,6 @@ def add_streaming_arguments(group: Any, standalone: bool = False) -> None:
         add("--user", default="", help="user for the NATS server")
         add("--pass", dest="password", default="", help="password for the NATS server")
         add("--auth", dest="token", default="", help="token for the NATS server")
-        add("-m", "--http_port", type=port_number, default=0,
+        add("-m", "--http_port", type=flag_port, default=0,
             help="HTTP port for the /streaming monitoring endpoints (default off)")
         add("--http_host", default="0.0.0.0", help="HTTP host for monitoring")

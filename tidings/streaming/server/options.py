@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import config
-from ...config import parse_duration
+from ...config.units import file_duration
 from ...oserrors import about
 from ..stores import ChannelLimits, StoreError, StoreLimits
 from .flags import (  # noqa: F401  (the flags' names, also known from here)
@@ -98,10 +98,10 @@ def _channel_limits(d: dict[str, Any]) -> tuple[ChannelLimits, float | None]:
     limits = ChannelLimits(
         max_msgs=pick("max_msgs", "max_messages"),
         max_bytes=pick("max_bytes", conv=parse_size),
-        max_age=pick("max_age", conv=parse_duration),
+        max_age=pick("max_age", conv=file_duration),
         max_subs=pick("max_subs", "max_subscriptions"),
     )
-    inactivity = pick("max_inactivity", conv=parse_duration)
+    inactivity = pick("max_inactivity", conv=file_duration)
     return limits, inactivity
 
 
@@ -122,9 +122,9 @@ def apply_config(opts: StreamingOptions, conf: dict[str, Any]) -> StreamingOptio
         if key in conf:
             o.dir = str(conf[key])
     if "hb_interval" in conf:
-        o.hb_interval = parse_duration(conf["hb_interval"])
+        o.hb_interval = file_duration(conf["hb_interval"])
     if "hb_timeout" in conf:
-        o.hb_timeout = parse_duration(conf["hb_timeout"])
+        o.hb_timeout = file_duration(conf["hb_timeout"])
     if "hb_fail_count" in conf:
         o.hb_fail_count = int(conf["hb_fail_count"])
     for key in ("ft_group", "ft_group_name"):
@@ -153,12 +153,12 @@ def apply_config(opts: StreamingOptions, conf: dict[str, Any]) -> StreamingOptio
         if "max_bytes" in lim:
             changes["max_bytes"] = parse_size(lim["max_bytes"])
         if "max_age" in lim:
-            changes["max_age"] = parse_duration(lim["max_age"])
+            changes["max_age"] = file_duration(lim["max_age"])
         for key in ("max_subs", "max_subscriptions"):
             if key in lim:
                 changes["max_subs"] = int(lim[key])
         if "max_inactivity" in lim:
-            o.max_inactivity = parse_duration(lim["max_inactivity"])
+            o.max_inactivity = file_duration(lim["max_inactivity"])
         chans = lim.get("channels")
         if isinstance(chans, dict):
             per: dict[str, ChannelLimits] = dict(base.channels)
