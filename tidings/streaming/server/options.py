@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import config
-from ...config.units import file_duration
+from ...config.units import file_duration, file_size, flag_bool
 from ...oserrors import about
 from ..stores import ChannelLimits, StoreError, StoreLimits
 from .flags import (  # noqa: F401  (the flags' names, also known from here)
@@ -26,9 +26,7 @@ from .flags import (  # noqa: F401  (the flags' names, also known from here)
     STORE_TYPES,
     SYNC_POLICIES,
     add_streaming_arguments,
-    parse_size,
 )
-from .flags import parse_bool as _bool
 
 DEFAULT_DISCOVER_PREFIX = "_STAN.discover"
 DEFAULT_PUB_PREFIX = "_STAN.pub"
@@ -83,6 +81,11 @@ class StreamingOptions:
         return self.max_inactivity
 
 
+def _bool(value: Any) -> bool:
+    """A boolean of the file: the parser's, or a flag's word in a string ("true", "1")."""
+    return value if isinstance(value, bool) else flag_bool(str(value))
+
+
 def _channel_limits(d: dict[str, Any]) -> tuple[ChannelLimits, float | None]:
     """A reference per-channel limits map: 0 inherits the global value, < 0 is unlimited."""
 
@@ -97,7 +100,7 @@ def _channel_limits(d: dict[str, Any]) -> tuple[ChannelLimits, float | None]:
 
     limits = ChannelLimits(
         max_msgs=pick("max_msgs", "max_messages"),
-        max_bytes=pick("max_bytes", conv=parse_size),
+        max_bytes=pick("max_bytes", conv=file_size),
         max_age=pick("max_age", conv=file_duration),
         max_subs=pick("max_subs", "max_subscriptions"),
     )
@@ -151,7 +154,7 @@ def apply_config(opts: StreamingOptions, conf: dict[str, Any]) -> StreamingOptio
         if "max_msgs" in lim:
             changes["max_msgs"] = int(lim["max_msgs"])
         if "max_bytes" in lim:
-            changes["max_bytes"] = parse_size(lim["max_bytes"])
+            changes["max_bytes"] = file_size(lim["max_bytes"])
         if "max_age" in lim:
             changes["max_age"] = file_duration(lim["max_age"])
         for key in ("max_subs", "max_subscriptions"):
