@@ -14,9 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 from ..config import ConfigError, Section, load
+from ..config.auth import AuthOptions, parse_authorization
 from ..config.units import file_bool, file_duration, file_port, file_size
-from .auth_config import parse_authorization
-from .auth_options import AuthOptions
 from .options import ServerOptions, check
 from .websocket_config import handle_websocket
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field, replace
 
+from ..config.auth import AuthOptions, check_no_auth_user
 from ..config.units import (
     flag_bool,
     flag_port,
@@ -13,7 +14,6 @@ from ..config.units import (
     flag_size,
 )
 from ..protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD
-from .auth_options import AuthOptions
 
 # The reference's default TLS handshake timeout (seconds).
 TLS_TIMEOUT = 2.0
@@ -253,8 +253,6 @@ def check(options: ServerOptions) -> None:
     if options.lame_duck_duration < 30:
         raise ValueError(f"invalid lame_duck_duration of {options.lame_duck_duration:g}s, "
                          "minimum is 30 seconds")
-    from .auth_config import check_no_auth_user
-
     check_no_auth_user(options.auth)
     if options.https_port and options.http_port:
         raise ValueError(f"can't specify both HTTP ({options.http_port}) and HTTPs "

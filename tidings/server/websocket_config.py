@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..config import ConfigError, Section
+from ..config.auth import check_no_auth_user
 from ..config.units import file_duration
 from .options import ServerOptions, TLSOptions, WebSocketOptions
 
@@ -165,12 +166,7 @@ def check_websocket(options: ServerOptions) -> None:
         if why:
             raise ValueError(why)
     if ws.no_auth_user:
-        try:
-            from .auth_config import check_no_auth_user
-        except ImportError:
-            pass
-        else:
-            check_no_auth_user(replace(options.auth, no_auth_user=ws.no_auth_user))
+        check_no_auth_user(replace(options.auth, no_auth_user=ws.no_auth_user))
     if options.auth.users:
         if ws.user:
             raise ValueError("websocket authentication username not compatible with "
