@@ -15,6 +15,7 @@ from typing import Any
 
 from ..config import ConfigError, Section, load
 from ..config.auth import AuthOptions, parse_authorization
+from ..config.tls import parse_tls_block
 from ..config.units import file_bool, file_duration, file_port, file_size
 from .options import ServerOptions, check
 from .websocket_config import handle_websocket
@@ -169,8 +170,6 @@ def _monitor(port_field: str) -> Handler:
 
 
 def _tls(changes: dict[str, Any], value: Any) -> None:
-    from .tls import parse_tls_block
-
     changes["tls"] = parse_tls_block(value)
 
 
@@ -217,8 +216,6 @@ def _cluster(changes: dict[str, Any], value: Any) -> None:
                 raise _nested(value, key, "Cluster authorization does not support tokens")
             user, password = route_auth.get("user", ""), route_auth.get("password", "")
         elif name == "tls":
-            from .tls import parse_tls_block
-
             changes["cluster_tls"] = parse_tls_block(item)
         elif name in ("compression", "pool_size", "accounts", "pinned_accounts",
                       "permissions", "connect_retries", "connect_backoff", "ping_interval",

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass, field, replace
 
 from ..config.auth import AuthOptions, check_no_auth_user
+from ..config.tls import TLSOptions, flag_options
 from ..config.units import (
     flag_bool,
     flag_port,
@@ -14,25 +15,6 @@ from ..config.units import (
     flag_size,
 )
 from ..protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD
-
-# The reference's default TLS handshake timeout (seconds).
-TLS_TIMEOUT = 2.0
-
-
-@dataclass
-class TLSOptions:
-    """A `tls { }` block (or --tls* flags), as nats-server's keys."""
-
-    cert_file: str = ""
-    key_file: str = ""
-    ca_file: str = ""
-    verify: bool = False  # clients must present a certificate signed by ca_file
-    verify_and_map: bool = False  # ... and its subject names the user
-    timeout: float = TLS_TIMEOUT
-    handshake_first: bool = False  # TLS before INFO
-    handshake_first_fallback: float = 0.0  # with handshake_first: plain INFO after this long
-    insecure: bool = False  # routes: do not verify the peer's certificate
-    min_version: str = ""  # "1.2" or "1.3" (default 1.2)
 
 
 @dataclass
@@ -225,8 +207,6 @@ def options_from_args(args: argparse.Namespace, base: ServerOptions | None = Non
     if getattr(args, "tls", None) is False:
         given["tls"] = None  # as the reference: -tls=false turns the file's TLS off
     elif getattr(args, "tls", None) or any(f is not None for f in tls_flags):
-        from .tls import flag_options
-
         given["tls"] = flag_options(*tls_flags, base=base.tls)
         if base.tls is None and getattr(args, "auth_timeout", None) is None \
                 and base.auth_timeout == ServerOptions.auth_timeout:

@@ -14,8 +14,9 @@ from urllib.parse import urlsplit
 
 from ..config import ConfigError, Section
 from ..config.auth import check_no_auth_user
+from ..config.tls import TLSOptions, parse_tls_block
 from ..config.units import file_duration
-from .options import ServerOptions, TLSOptions, WebSocketOptions
+from .options import ServerOptions, WebSocketOptions
 
 # Keys of the reference's block that tidings does not have.
 _UNSUPPORTED = ("jwt_cookie", "user_cookie", "pass_cookie", "token_cookie", "headers",
@@ -57,9 +58,7 @@ def _handshake_timeout(value: Any) -> float:
 
 
 def _tls_block(value: Any) -> TLSOptions:
-    """`tls { }`, read by tls.py as the client listener's is."""
-    from .tls import parse_tls_block
-
+    """`tls { }`, read as the client listener's is."""
     return parse_tls_block(value)
 
 
