@@ -17,8 +17,8 @@ from ..config import ConfigError, Section, load
 from ..config.auth import AuthOptions, parse_authorization
 from ..config.tls import parse_tls_block
 from ..config.units import file_bool, file_duration, file_port, file_size
+from ..config.websocket import handle_websocket
 from .options import ServerOptions, check
-from .websocket_config import handle_websocket
 
 _JWT = "operator mode (JWT) is not supported"
 _ACCOUNTS = "accounts are not supported (tidings has the global account only)"

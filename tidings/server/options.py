@@ -14,29 +14,8 @@ from ..config.units import (
     flag_seconds,
     flag_size,
 )
+from ..config.websocket import WebSocketOptions, check_websocket
 from ..protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD
-
-
-@dataclass
-class WebSocketOptions:
-    """A `websocket { }` block, as nats-server's keys."""
-
-    host: str = "0.0.0.0"
-    port: int = 0
-    advertise: str = ""
-    no_tls: bool = False
-    tls: TLSOptions | None = None
-    compression: bool = False
-    same_origin: bool = False
-    allowed_origins: list[str] = field(default_factory=list)
-    handshake_timeout: float = 2.0
-    # Its own `authorization { user, password, token, timeout }` and no_auth_user, which
-    # take the place of the server's for WebSocket clients when set.
-    user: str = ""
-    password: str = ""
-    token: str = ""
-    auth_timeout: float = 0.0
-    no_auth_user: str = ""
 
 # As the reference's MAX_PAYLOAD_MAX_SIZE.
 MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024
@@ -243,6 +222,4 @@ def check(options: ServerOptions) -> None:
         raise ValueError(f"max_payload ({options.max_payload}) cannot be higher than "
                          f"max_pending ({options.max_pending})")
     if options.websocket is not None:
-        from .websocket_config import check_websocket
-
         check_websocket(options)

@@ -8,15 +8,40 @@ picks a free port; without `no_tls: true` the block needs `tls { }`.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ..config import ConfigError, Section
-from ..config.auth import check_no_auth_user
-from ..config.tls import TLSOptions, parse_tls_block
-from ..config.units import file_duration
-from .options import ServerOptions, WebSocketOptions
+from .auth import check_no_auth_user
+from .parser import ConfigError, Section
+from .tls import TLSOptions, parse_tls_block
+from .units import file_duration
+
+if TYPE_CHECKING:
+    from ..server.options import ServerOptions
+
+
+@dataclass
+class WebSocketOptions:
+    """A `websocket { }` block, as nats-server's keys."""
+
+    host: str = "0.0.0.0"
+    port: int = 0
+    advertise: str = ""
+    no_tls: bool = False
+    tls: TLSOptions | None = None
+    compression: bool = False
+    same_origin: bool = False
+    allowed_origins: list[str] = field(default_factory=list)
+    handshake_timeout: float = 2.0
+    # Its own `authorization { user, password, token, timeout }` and no_auth_user, which
+    # take the place of the server's for WebSocket clients when set.
+    user: str = ""
+    password: str = ""
+    token: str = ""
+    auth_timeout: float = 0.0
+    no_auth_user: str = ""
+
 
 # Keys of the reference's block that tidings does not have.
 _UNSUPPORTED = ("jwt_cookie", "user_cookie", "pass_cookie", "token_cookie", "headers",
