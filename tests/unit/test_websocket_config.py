@@ -8,9 +8,8 @@ from dataclasses import replace
 import pytest
 
 from tidings.config import ConfigError, parse
+from tidings.config.server import ServerOptions, apply_server_config
 from tidings.config.websocket import WebSocketOptions, check_websocket, parse_websocket
-from tidings.server.config import apply_server_config
-from tidings.server.options import ServerOptions
 from tidings.server.websocket import close_frame_for
 
 

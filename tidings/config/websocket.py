@@ -18,7 +18,7 @@ from .tls import TLSOptions, parse_tls_block
 from .units import file_duration
 
 if TYPE_CHECKING:
-    from ..server.options import ServerOptions
+    from .server import ServerOptions
 
 
 @dataclass
@@ -152,11 +152,6 @@ def parse_websocket(value: Any) -> WebSocketOptions | None:
     if ws.port == 0:
         return None
     return ws
-
-
-def handle_websocket(changes: dict[str, Any], value: Any) -> None:
-    """config.py's handler of the `websocket` (`ws`) key."""
-    changes["websocket"] = parse_websocket(value)
 
 
 def _origin_error(origin: str) -> str | None:

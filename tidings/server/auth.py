@@ -39,8 +39,8 @@ from ..config.auth import (
 from ..protocol.subjects import subject_matches
 
 if TYPE_CHECKING:
+    from ..config.server import ServerOptions
     from .client import ClientConnection
-    from .options import ServerOptions
 
 log = logging.getLogger("tidings.server")
 

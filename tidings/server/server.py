@@ -15,6 +15,7 @@ from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from ..config.server import ServerOptions
 from ..oserrors import StartError, listen_error
 from ..pipe import open_pipe
 from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
@@ -24,7 +25,6 @@ from . import flow
 from .auth import Authenticator, Bcrypt, granting, new_nonce
 from .client import ClientConnection
 from .connection import Connection, Frame
-from .options import ServerOptions
 from .sublist import Sublist, Subscription
 
 if TYPE_CHECKING:
@@ -123,6 +123,10 @@ class Server:
             from .tls import server_context
 
             self.tls_context = server_context(opts.tls)
+        if opts.cluster:
+            # Loaded before the listeners open, so that the route listener opens right after
+            # the client one (whose INFO is what scripts and tests wait for).
+            from ..cluster import cluster  # noqa: F401
         # As the reference: the monitor first, so that it answers once clients are let in.
         await self._start_monitor()
         try:

@@ -209,7 +209,7 @@ def test_the_readme_names_the_flags_as_the_server_takes_them() -> None:
     import re
 
     from tidings.cli import build_parser
-    from tidings.server.options import REFUSED_FLAGS
+    from tidings.config.flags import REFUSED_FLAGS
 
     readme = (Path(__file__).parents[3] / "README.md").read_text()
     start = readme.index("The server's flags are named")

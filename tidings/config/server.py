@@ -1,5 +1,7 @@
-"""The core server's part of a nats-server configuration file: its keys, by the reference's
-names, onto ServerOptions. (The file format itself is tidings.config's.)
+"""The core server's options: ServerOptions (the reference nats-server's defaults), the keys
+of a configuration file onto them, by the reference's names, and the checks of the whole
+(`check`). The command line is config/flags.py's; the blocks of their own are auth.py's,
+tls.py's and websocket.py's. (The file format itself is parser.py's.)
 
 A key the reference does not know is refused as it refuses it (`unknown field "x"`); a key
 the reference has and tidings does not (jetstream, leafnodes, ...) is refused with a
@@ -10,16 +12,143 @@ message that names it, never ignored. Every alias the reference has is taken (`n
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote, urlsplit
 
-from ..config import ConfigError, Section, load
-from ..config.auth import AuthOptions, parse_authorization
-from ..config.tls import parse_tls_block
-from ..config.units import file_bool, file_duration, file_port, file_size
-from ..config.websocket import handle_websocket
-from .options import ServerOptions, check
+from ..protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD
+from .auth import AuthOptions, check_no_auth_user, parse_authorization
+from .parser import ConfigError, Section, load
+from .units import file_bool, file_duration, file_port, file_size
 
+# tls.py and websocket.py are imported where a block of theirs is read or checked: a
+# server without TLS or WebSocket does not load them at start.
+if TYPE_CHECKING:
+    from .tls import TLSOptions
+    from .websocket import WebSocketOptions
+
+# As the reference's MAX_PAYLOAD_MAX_SIZE.
+MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024
+
+
+@dataclass
+class ServerOptions:
+    """What the core server runs with; the defaults are the reference nats-server's."""
+
+    host: str = "0.0.0.0"
+    port: int = 4222
+    name: str = ""
+    http_host: str = ""  # the monitor's address (`http: HOST:PORT`); "": the client host
+    http_port: int = 0
+    max_payload: int = MAX_PAYLOAD
+    max_control_line: int = MAX_CONTROL_LINE
+    max_connections: int = 64 * 1024
+    max_pending: int = 64 * 1024 * 1024
+    ping_interval: float = 120.0
+    ping_max: int = 2
+    auth_timeout: float = 2.0
+    write_deadline: float = 10.0
+    user: str = ""
+    password: str = ""
+    token: str = ""
+    no_log: bool = False
+    debug: bool = False
+    trace: bool = False
+    lame_duck_duration: float = 120.0  # lame duck mode: clients closed over this long
+    lame_duck_grace_period: float = 10.0  # ... after waiting this long first
+    logtime: bool = True
+    log_file: str = ""
+    log_size_limit: int = 0  # bytes; the log file is started anew past it (0: never)
+    pid_file: str = ""
+    # Clustering, as nats-server's flags: the route listener URL, seed routes, the name.
+    cluster: str = ""
+    routes: list[str] = field(default_factory=list)
+    cluster_name: str = ""
+    no_advertise: bool = False
+    cluster_advertise: str = ""
+    client_advertise: str = ""  # host:port clients are told to use (INFO, connect_urls)
+    # Security and transports (issue 12): users and permissions, TLS, WebSocket.
+    auth: AuthOptions = field(default_factory=AuthOptions)
+    tls: TLSOptions | None = None
+    allow_non_tls: bool = False  # with tls: plain clients too, on the same port
+    https_port: int = 0
+    cluster_tls: TLSOptions | None = None
+    websocket: WebSocketOptions | None = None
+
+    @property
+    def auth_required(self) -> bool:
+        return bool(self.user or self.token or self.auth.configured)
+
+
+# -- route URLs ----------------------------------------------------------------------------
+class RouteURL:
+    """A route URL: nats://[user:pass@]host:port (nats-route:// too). `text` holds its
+    credentials: anything shown (logs, errors, monitoring) shows `redacted` or `hostport`."""
+
+    def __init__(self, text: str) -> None:
+        from ..redact import redact_url
+
+        shown = redact_url(text)
+        try:
+            parts = urlsplit(text if "://" in text else "nats://" + text)
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"route URL {shown!r}: not a URL with a host and port") from None
+        if parts.scheme not in ("nats", "nats-route", "route"):
+            raise ValueError(f"route URL {shown!r}: unknown scheme {parts.scheme!r}")
+        if not parts.hostname or port is None:
+            raise ValueError(f"route URL {shown!r}: host and port required")
+        self.text = text
+        self.redacted = shown
+        self.host = parts.hostname
+        self.port = port
+        # Percent-decoded, as Go's url.Parse gives them (credentials() encodes them).
+        self.user = unquote(parts.username or "")
+        self.password = unquote(parts.password or "")
+
+    @property
+    def hostport(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @staticmethod
+    def with_credentials(user: str, password: str, hostport: str) -> str:
+        """nats://user:password@hostport, any character of either percent-encoded."""
+        if not user:
+            return f"nats://{hostport}"
+        return f"nats://{quote(user, safe='')}:{quote(password, safe='')}@{hostport}"
+
+
+# -- the checks of the whole ------------------------------------------------------------------
+def check(options: ServerOptions) -> None:
+    """Raise ValueError for a combination of options the reference refuses."""
+    if options.cluster:
+        RouteURL(options.cluster)  # ValueError with the reason when unusable
+    elif options.routes:
+        raise ValueError("solicited routes require cluster capabilities, e.g. --cluster")
+    if options.max_payload > MAX_PAYLOAD_LIMIT:
+        raise ValueError(f"max_payload ({options.max_payload}) cannot exceed "
+                         f"{MAX_PAYLOAD_LIMIT} bytes (64MB)")
+    if options.max_payload <= 0:
+        raise ValueError(f"max_payload ({options.max_payload}) must be above 0")
+    if options.lame_duck_duration < 30:
+        raise ValueError(f"invalid lame_duck_duration of {options.lame_duck_duration:g}s, "
+                         "minimum is 30 seconds")
+    check_no_auth_user(options.auth)
+    if options.https_port and options.http_port:
+        raise ValueError(f"can't specify both HTTP ({options.http_port}) and HTTPs "
+                         f"({options.https_port}) ports")
+    if options.https_port and options.tls is None:
+        raise ValueError("Can't start monitoring: TLS cert and key required for HTTPS")
+    if options.max_payload > options.max_pending:
+        raise ValueError(f"max_payload ({options.max_payload}) cannot be higher than "
+                         f"max_pending ({options.max_pending})")
+    if options.websocket is not None:
+        from .websocket import check_websocket
+
+        check_websocket(options)
+
+
+# -- the configuration file ----------------------------------------------------------------
 _JWT = "operator mode (JWT) is not supported"
 _ACCOUNTS = "accounts are not supported (tidings has the global account only)"
 _JETSTREAM = "JetStream is not supported (tidings has NATS Streaming)"
@@ -170,6 +299,8 @@ def _monitor(port_field: str) -> Handler:
 
 
 def _tls(changes: dict[str, Any], value: Any) -> None:
+    from .tls import parse_tls_block
+
     changes["tls"] = parse_tls_block(value)
 
 
@@ -216,6 +347,8 @@ def _cluster(changes: dict[str, Any], value: Any) -> None:
                 raise _nested(value, key, "Cluster authorization does not support tokens")
             user, password = route_auth.get("user", ""), route_auth.get("password", "")
         elif name == "tls":
+            from .tls import parse_tls_block
+
             changes["cluster_tls"] = parse_tls_block(item)
         elif name in ("compression", "pool_size", "accounts", "pinned_accounts",
                       "permissions", "connect_retries", "connect_backoff", "ping_interval",
@@ -225,9 +358,13 @@ def _cluster(changes: dict[str, Any], value: Any) -> None:
             raise _nested(value, key, f'unknown field "{key}"')
     if port is None:
         raise ValueError("a listen address or port is required")
-    from ..cluster.cluster import RouteURL
-
     changes["cluster"] = RouteURL.with_credentials(user, password, f"{host}:{port}")
+
+
+def _websocket(changes: dict[str, Any], value: Any) -> None:
+    from .websocket import parse_websocket
+
+    changes["websocket"] = parse_websocket(value)
 
 
 _KEYS: dict[str, Handler] = {
@@ -268,6 +405,6 @@ _KEYS: dict[str, Handler] = {
     "pidfile": _to("pid_file", _str),
     # The streaming server's block is read by the streaming options (streaming/server).
     "streaming": lambda changes, value: None,
-    "websocket": handle_websocket,
-    "ws": handle_websocket,
+    "websocket": _websocket,
+    "ws": _websocket,
 }

@@ -1,77 +1,18 @@
-"""Server options: defaults of the reference nats-server, and the command line that sets them."""
+"""The core server's command line: flags named as nats-server's, onto ServerOptions over
+what a configuration file set (`options_from_args`). Their units are config/units.py's flag
+grammars."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from ..config.auth import AuthOptions, check_no_auth_user
-from ..config.tls import TLSOptions, flag_options
-from ..config.units import (
-    flag_bool,
-    flag_port,
-    flag_positive_int,
-    flag_seconds,
-    flag_size,
-)
-from ..config.websocket import WebSocketOptions, check_websocket
-from ..protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD
-
-# As the reference's MAX_PAYLOAD_MAX_SIZE.
-MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024
-
-
-@dataclass
-class ServerOptions:
-    host: str = "0.0.0.0"
-    port: int = 4222
-    name: str = ""
-    http_host: str = ""  # the monitor's address (`http: HOST:PORT`); "": the client host
-    http_port: int = 0
-    max_payload: int = MAX_PAYLOAD
-    max_control_line: int = MAX_CONTROL_LINE
-    max_connections: int = 64 * 1024
-    max_pending: int = 64 * 1024 * 1024
-    ping_interval: float = 120.0
-    ping_max: int = 2
-    auth_timeout: float = 2.0
-    write_deadline: float = 10.0
-    user: str = ""
-    password: str = ""
-    token: str = ""
-    no_log: bool = False
-    debug: bool = False
-    trace: bool = False
-    lame_duck_duration: float = 120.0  # lame duck mode: clients closed over this long
-    lame_duck_grace_period: float = 10.0  # ... after waiting this long first
-    logtime: bool = True
-    log_file: str = ""
-    log_size_limit: int = 0  # bytes; the log file is started anew past it (0: never)
-    pid_file: str = ""
-    # Clustering, as nats-server's flags: the route listener URL, seed routes, the name.
-    cluster: str = ""
-    routes: list[str] = field(default_factory=list)
-    cluster_name: str = ""
-    no_advertise: bool = False
-    cluster_advertise: str = ""
-    client_advertise: str = ""  # host:port clients are told to use (INFO, connect_urls)
-    # Security and transports (issue 12): users and permissions, TLS, WebSocket.
-    auth: AuthOptions = field(default_factory=AuthOptions)
-    tls: TLSOptions | None = None
-    allow_non_tls: bool = False  # with tls: plain clients too, on the same port
-    https_port: int = 0
-    cluster_tls: TLSOptions | None = None
-    websocket: WebSocketOptions | None = None
-
-    @property
-    def auth_required(self) -> bool:
-        return bool(self.user or self.token or self.auth.configured)
+from .server import RouteURL, ServerOptions, check
+from .units import flag_bool, flag_port, flag_positive_int, flag_seconds, flag_size
 
 
 def route_list(text: str) -> list[str]:
     """Comma-separated route URLs, for argparse; each must name a host and a port."""
-    from ..cluster.cluster import RouteURL
-
     urls = [u.strip() for u in text.split(",") if u.strip()]
     for url in urls:
         try:
@@ -186,6 +127,8 @@ def options_from_args(args: argparse.Namespace, base: ServerOptions | None = Non
     if getattr(args, "tls", None) is False:
         given["tls"] = None  # as the reference: -tls=false turns the file's TLS off
     elif getattr(args, "tls", None) or any(f is not None for f in tls_flags):
+        from .tls import flag_options
+
         given["tls"] = flag_options(*tls_flags, base=base.tls)
         if base.tls is None and getattr(args, "auth_timeout", None) is None \
                 and base.auth_timeout == ServerOptions.auth_timeout:
@@ -194,32 +137,3 @@ def options_from_args(args: argparse.Namespace, base: ServerOptions | None = Non
     options = replace(base, **given)
     check(options)
     return options
-
-
-def check(options: ServerOptions) -> None:
-    """Raise ValueError for a combination of options the reference refuses."""
-    if options.cluster:
-        from ..cluster.cluster import RouteURL
-
-        RouteURL(options.cluster)  # ValueError with the reason when unusable
-    elif options.routes:
-        raise ValueError("solicited routes require cluster capabilities, e.g. --cluster")
-    if options.max_payload > MAX_PAYLOAD_LIMIT:
-        raise ValueError(f"max_payload ({options.max_payload}) cannot exceed "
-                         f"{MAX_PAYLOAD_LIMIT} bytes (64MB)")
-    if options.max_payload <= 0:
-        raise ValueError(f"max_payload ({options.max_payload}) must be above 0")
-    if options.lame_duck_duration < 30:
-        raise ValueError(f"invalid lame_duck_duration of {options.lame_duck_duration:g}s, "
-                         "minimum is 30 seconds")
-    check_no_auth_user(options.auth)
-    if options.https_port and options.http_port:
-        raise ValueError(f"can't specify both HTTP ({options.http_port}) and HTTPs "
-                         f"({options.https_port}) ports")
-    if options.https_port and options.tls is None:
-        raise ValueError("Can't start monitoring: TLS cert and key required for HTTPS")
-    if options.max_payload > options.max_pending:
-        raise ValueError(f"max_payload ({options.max_payload}) cannot be higher than "
-                         f"max_pending ({options.max_pending})")
-    if options.websocket is not None:
-        check_websocket(options)
