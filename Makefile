@@ -26,10 +26,13 @@ run: $(RUN_STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
+# ruff, and the layers of docs/architecture.md (import-linter; the contract in pyproject.toml)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 bench: $(STAMP)
 	$(PY) benchmarks/compare.py

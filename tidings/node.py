@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from .server.options import ServerOptions
+from .config.server import ServerOptions
 from .server.server import Server
 from .signals import SERVER_SIGNALS, trap_unsupported_signals
 

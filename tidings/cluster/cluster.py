@@ -14,8 +14,8 @@ import socket
 import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote, urlsplit
 
+from ..config.server import RouteURL
 from ..oserrors import listen_error
 from ..redact import redact_url
 from ..server.connection import Connection, Frame
@@ -38,41 +38,6 @@ DIAL_TIMEOUT = 1.0  # as the reference's DEFAULT_ROUTE_DIAL
 # The route protocol level we announce: accounts in RS+/RMSG (the reference's RouteProtoV2),
 # not the distributed message tracing of level 3.
 ROUTE_PROTO = 2
-
-
-class RouteURL:
-    """A route URL: nats://[user:pass@]host:port (nats-route:// too). `text` holds its
-    credentials: anything shown (logs, errors, monitoring) shows `redacted` or `hostport`."""
-
-    def __init__(self, text: str) -> None:
-        shown = redact_url(text)
-        try:
-            parts = urlsplit(text if "://" in text else "nats://" + text)
-            port = parts.port
-        except ValueError:
-            raise ValueError(f"route URL {shown!r}: not a URL with a host and port") from None
-        if parts.scheme not in ("nats", "nats-route", "route"):
-            raise ValueError(f"route URL {shown!r}: unknown scheme {parts.scheme!r}")
-        if not parts.hostname or port is None:
-            raise ValueError(f"route URL {shown!r}: host and port required")
-        self.text = text
-        self.redacted = shown
-        self.host = parts.hostname
-        self.port = port
-        # Percent-decoded, as Go's url.Parse gives them (credentials() encodes them).
-        self.user = unquote(parts.username or "")
-        self.password = unquote(parts.password or "")
-
-    @property
-    def hostport(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @staticmethod
-    def with_credentials(user: str, password: str, hostport: str) -> str:
-        """nats://user:password@hostport, any character of either percent-encoded."""
-        if not user:
-            return f"nats://{hostport}"
-        return f"nats://{quote(user, safe='')}:{quote(password, safe='')}@{hostport}"
 
 
 class Cluster(Listener):

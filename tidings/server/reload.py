@@ -16,8 +16,8 @@ from . import flow
 from .auth import Login, PasswordCheck
 
 if TYPE_CHECKING:
+    from ..config.server import ServerOptions
     from .client import ClientConnection
-    from .options import ServerOptions
     from .server import Server
 
 log = logging.getLogger("tidings.server")

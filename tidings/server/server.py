@@ -14,6 +14,7 @@ from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from ..config.server import ServerOptions
 from ..pipe import open_pipe
 from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
 from ..turns import LoopTurns
@@ -22,7 +23,6 @@ from .auth import Authenticator, Bcrypt, granting, new_nonce
 from .client import ClientConnection
 from .connection import Connection, Frame
 from .listeners import ClientPort, Listener, MonitorPort
-from .options import ServerOptions
 from .sublist import Sublist, Subscription
 
 if TYPE_CHECKING:

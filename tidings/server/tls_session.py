@@ -29,9 +29,10 @@ import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from ..config.tls import ssl_reason
 from ..protocol import encode
 from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
-from .tls import certificate_identities, ssl_reason
+from .tls import certificate_identities
 
 if TYPE_CHECKING:
     from .client import ClientConnection

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from ..config.websocket import WebSocketOptions
 from ..oserrors import StartError
 from . import ws_frames
 from .listeners import Listener
-from .options import WebSocketOptions
 from .ws_frames import BINARY, CLOSE, PONG, Deflater, FrameReader, control_frame
 
 if TYPE_CHECKING:

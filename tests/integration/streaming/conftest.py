@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tidings.client import connect as nats_connect
-from tidings.server.options import ServerOptions
+from tidings.config.server import ServerOptions
 from tidings.server.server import Server
 from tidings.streaming.client import StanError, StreamingClient
 from tidings.streaming.client import connect as stan_connect

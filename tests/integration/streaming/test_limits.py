@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 from tidings.config import parse as parse_config
-from tidings.streaming.server.options import (
-    StreamingOptions,
-    apply_config,
-    parse_duration,
-    parse_size,
-)
+from tidings.streaming.server.options import StreamingOptions, apply_config
 from tidings.streaming.stores import ChannelLimits, StoreLimits
 
 from .conftest import Inbox, wait_for
@@ -135,10 +130,3 @@ def test_an_exact_channel_name_wins_then_the_first_matching_pattern():
         "a.*": 1.0, "a.b": 2.0, "a.>": 3.0})
     assert [opts.inactivity_for(ch) for ch in ("a.b", "a.c", "a.b.c", "a", "b")] == [
         2.0, 1.0, 3.0, 5.0, 5.0]
-
-def test_durations_and_sizes():
-    assert parse_duration("1h30m") == 5400.0
-    assert parse_duration("250ms") == 0.25
-    assert parse_duration("2.5") == 2.5
-    assert parse_size("1KB") == 1024 and parse_size("2GiB") == 2 << 30
-    assert parse_size("100") == 100

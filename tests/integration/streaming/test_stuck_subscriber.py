@@ -11,7 +11,7 @@ import asyncio
 import socket
 import time
 
-from tidings.server.options import ServerOptions
+from tidings.config.server import ServerOptions
 from tidings.server.server import Server
 
 from .conftest import StanFactory

@@ -1,120 +1,18 @@
-"""Server options: defaults of the reference nats-server, and the command line that sets them."""
+"""The core server's command line: flags named as nats-server's, onto ServerOptions over
+what a configuration file set (`options_from_args`). Their units are config/units.py's flag
+grammars."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from ..protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD
-from .auth_options import AuthOptions
-
-# The reference's default TLS handshake timeout (seconds).
-TLS_TIMEOUT = 2.0
-
-
-@dataclass
-class TLSOptions:
-    """A `tls { }` block (or --tls* flags), as nats-server's keys."""
-
-    cert_file: str = ""
-    key_file: str = ""
-    ca_file: str = ""
-    verify: bool = False  # clients must present a certificate signed by ca_file
-    verify_and_map: bool = False  # ... and its subject names the user
-    timeout: float = TLS_TIMEOUT
-    handshake_first: bool = False  # TLS before INFO
-    handshake_first_fallback: float = 0.0  # with handshake_first: plain INFO after this long
-    insecure: bool = False  # routes: do not verify the peer's certificate
-    min_version: str = ""  # "1.2" or "1.3" (default 1.2)
-
-
-@dataclass
-class WebSocketOptions:
-    """A `websocket { }` block, as nats-server's keys."""
-
-    host: str = "0.0.0.0"
-    port: int = 0
-    advertise: str = ""
-    no_tls: bool = False
-    tls: TLSOptions | None = None
-    compression: bool = False
-    same_origin: bool = False
-    allowed_origins: list[str] = field(default_factory=list)
-    handshake_timeout: float = 2.0
-    # Its own `authorization { user, password, token, timeout }` and no_auth_user, which
-    # take the place of the server's for WebSocket clients when set.
-    user: str = ""
-    password: str = ""
-    token: str = ""
-    auth_timeout: float = 0.0
-    no_auth_user: str = ""
-
-# As the reference's MAX_PAYLOAD_MAX_SIZE.
-MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024
-
-
-@dataclass
-class ServerOptions:
-    host: str = "0.0.0.0"
-    port: int = 4222
-    name: str = ""
-    http_host: str = ""  # the monitor's address (`http: HOST:PORT`); "": the client host
-    http_port: int = 0
-    max_payload: int = MAX_PAYLOAD
-    max_control_line: int = MAX_CONTROL_LINE
-    max_connections: int = 64 * 1024
-    max_pending: int = 64 * 1024 * 1024
-    ping_interval: float = 120.0
-    ping_max: int = 2
-    auth_timeout: float = 2.0
-    write_deadline: float = 10.0
-    user: str = ""
-    password: str = ""
-    token: str = ""
-    no_log: bool = False
-    debug: bool = False
-    trace: bool = False
-    lame_duck_duration: float = 120.0  # lame duck mode: clients closed over this long
-    lame_duck_grace_period: float = 10.0  # ... after waiting this long first
-    logtime: bool = True
-    log_file: str = ""
-    log_size_limit: int = 0  # bytes; the log file is started anew past it (0: never)
-    pid_file: str = ""
-    # Clustering, as nats-server's flags: the route listener URL, seed routes, the name.
-    cluster: str = ""
-    routes: list[str] = field(default_factory=list)
-    cluster_name: str = ""
-    no_advertise: bool = False
-    cluster_advertise: str = ""
-    client_advertise: str = ""  # host:port clients are told to use (INFO, connect_urls)
-    # Security and transports (issue 12): users and permissions, TLS, WebSocket.
-    auth: AuthOptions = field(default_factory=AuthOptions)
-    tls: TLSOptions | None = None
-    allow_non_tls: bool = False  # with tls: plain clients too, on the same port
-    https_port: int = 0
-    cluster_tls: TLSOptions | None = None
-    websocket: WebSocketOptions | None = None
-
-    @property
-    def auth_required(self) -> bool:
-        return bool(self.user or self.token or self.auth.configured)
-
-
-def port_number(text: str) -> int:
-    """A TCP port for argparse: 0..65535, and -1 (the reference's "any free port") is 0."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r}") from None
-    if not -1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"invalid port {port} (0 to 65535; 0 or -1: any free port)")
-    return max(port, 0)
+from .server import RouteURL, ServerOptions, check
+from .units import flag_bool, flag_port, flag_positive_int, flag_seconds, flag_size
 
 
 def route_list(text: str) -> list[str]:
     """Comma-separated route URLs, for argparse; each must name a host and a port."""
-    from ..cluster.cluster import RouteURL
-
     urls = [u.strip() for u in text.split(",") if u.strip()]
     for url in urls:
         try:
@@ -124,28 +22,17 @@ def route_list(text: str) -> list[str]:
     return urls
 
 
-def positive_int(text: str) -> int:
-    """An integer above zero, for argparse."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, not {value}")
-    return value
-
-
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags named as nats-server's. Their defaults are None: a flag given on the command line
     overrides the configuration file, which overrides ServerOptions' defaults."""
     d = ServerOptions()
     add = parser.add_argument
     add("-a", "--addr", "--net", dest="host", help=f"bind to host address (default {d.host})")
-    add("-p", "--port", type=port_number,
+    add("-p", "--port", type=flag_port,
         help=f"port for clients; 0 or -1 picks a free port (default {d.port})")
     add("-n", "--name", "--server_name", dest="name", help="server name (default: the server id)")
-    add("-m", "--http_port", type=port_number, help="HTTP port for monitoring")
-    add("-ms", "--https_port", type=port_number,
+    add("-m", "--http_port", type=flag_port, help="HTTP port for monitoring")
+    add("-ms", "--https_port", type=flag_port,
         help="HTTPS port for monitoring (with the client TLS certificate)")
     add("-c", "--config", default="", metavar="FILE", help="configuration file")
     add("-t", dest="test_config", action="store_true",
@@ -157,19 +44,20 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     add("-v", "--version", action="store_true", help="show the version and exit")
     add("--client_advertise", metavar="HOST[:PORT]",
         help="client URL to advertise to clients and other servers")
-    add("--max_payload", type=positive_int,
+    add("--max_payload", type=flag_positive_int,
         help=f"maximum message payload in bytes (default {d.max_payload})")
-    add("--max_control_line", type=positive_int,
+    add("--max_control_line", type=flag_positive_int,
         help=f"maximum control line in bytes (default {d.max_control_line})")
-    add("--max_connections", type=positive_int,
+    add("--max_connections", type=flag_positive_int,
         help=f"maximum client connections (default {d.max_connections})")
-    add("--max_pending", type=positive_int,
+    add("--max_pending", type=flag_positive_int,
         help=f"maximum bytes buffered for a client (default {d.max_pending})")
-    add("--ping_interval", type=float,
+    add("--ping_interval", type=flag_seconds,
         help=f"seconds between server pings (default {d.ping_interval:g})")
     add("--ping_max", type=int, help=f"unanswered pings before closing (default {d.ping_max})")
-    add("--auth_timeout", type=float, help="seconds a client has to send CONNECT when auth is on")
-    add("--write_deadline", type=float,
+    add("--auth_timeout", type=flag_seconds,
+        help="seconds a client has to send CONNECT when auth is on")
+    add("--write_deadline", type=flag_seconds,
         help="seconds a client may block writes before it is a slow consumer")
     add("--user", help="user required for connections")
     add("--pass", dest="password", help="password required")
@@ -177,7 +65,7 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     logging = parser.add_argument_group("logging")
     logging.add_argument("-l", "--log", "--log_file", dest="log_file", metavar="FILE",
                          help="file to redirect log output to")
-    logging.add_argument("--log_size_limit", type=size_flag, metavar="SIZE",
+    logging.add_argument("--log_size_limit", type=flag_size, metavar="SIZE",
                          help="start the log file anew past this size (default: never)")
     logging.add_argument("-T", "--logtime", nargs="?", const=True, type=flag_bool,
                          metavar="BOOL", help="timestamp log entries (default true)")
@@ -216,26 +104,6 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
                      help="enable TLS with client verification")
 
 
-def size_flag(text: str) -> int:
-    """A size for argparse: bytes, or with the configuration file's suffixes (10MB)."""
-    from ..config import parse_size
-
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def flag_bool(text: str) -> bool:
-    """A Go flag boolean: true/false, 1/0, t/f (any case)."""
-    value = text.strip().lower()
-    if value in ("true", "t", "1", "yes", "on"):
-        return True
-    if value in ("false", "f", "0", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"invalid boolean value {text!r}")
-
-
 # Flags the reference has and tidings does not (yet): refused with their reason.
 REFUSED_FLAGS = {
     "syslog": "logging to syslog is not supported",
@@ -269,36 +137,3 @@ def options_from_args(args: argparse.Namespace, base: ServerOptions | None = Non
     options = replace(base, **given)
     check(options)
     return options
-
-
-def check(options: ServerOptions) -> None:
-    """Raise ValueError for a combination of options the reference refuses."""
-    if options.cluster:
-        from ..cluster.cluster import RouteURL
-
-        RouteURL(options.cluster)  # ValueError with the reason when unusable
-    elif options.routes:
-        raise ValueError("solicited routes require cluster capabilities, e.g. --cluster")
-    if options.max_payload > MAX_PAYLOAD_LIMIT:
-        raise ValueError(f"max_payload ({options.max_payload}) cannot exceed "
-                         f"{MAX_PAYLOAD_LIMIT} bytes (64MB)")
-    if options.max_payload <= 0:
-        raise ValueError(f"max_payload ({options.max_payload}) must be above 0")
-    if options.lame_duck_duration < 30:
-        raise ValueError(f"invalid lame_duck_duration of {options.lame_duck_duration:g}s, "
-                         "minimum is 30 seconds")
-    from .auth_config import check_no_auth_user
-
-    check_no_auth_user(options.auth)
-    if options.https_port and options.http_port:
-        raise ValueError(f"can't specify both HTTP ({options.http_port}) and HTTPs "
-                         f"({options.https_port}) ports")
-    if options.https_port and options.tls is None:
-        raise ValueError("Can't start monitoring: TLS cert and key required for HTTPS")
-    if options.max_payload > options.max_pending:
-        raise ValueError(f"max_payload ({options.max_payload}) cannot be higher than "
-                         f"max_pending ({options.max_pending})")
-    if options.websocket is not None:
-        from .websocket_config import check_websocket
-
-        check_websocket(options)
