@@ -393,7 +393,7 @@ class Server:
         configuration demands of clients does not apply to it. Returns the client's end."""
         if self._stopping or self.loop is None:
             raise ConnectionRefusedError("tidings: the server is not running")
-        conn = self.client_kind(self)
+        conn = ClientConnection(self)  # never the -V traced kind: the process's own traffic
         conn.make_internal()
         near, _ = open_pipe(self.loop, protocol, conn)
         return near
@@ -403,17 +403,22 @@ class Server:
         _add_counts(self.gone, conn)
 
     def message_totals(self) -> dict[str, int]:
-        """in_msgs, in_bytes, out_msgs, out_bytes (and their client-only parts), as /varz."""
+        """in_msgs, in_bytes, out_msgs, out_bytes (and their client-only parts), as /varz:
+        the clients' and the routes' traffic, not the process's own client's (an embedded
+        streaming server's requests and replies are not messages a user sent)."""
         totals = dict(self.gone)
         routes = self.cluster.routes.values() if self.cluster is not None else ()
+        internal = self.internal
         for conn in [*self.clients.values(), *routes]:
-            _add_counts(totals, conn)
+            if conn.cid not in internal or conn.is_route:
+                _add_counts(totals, conn)
         return totals
 
     def unregister(self, client: ClientConnection) -> None:
         if self.clients.pop(client.cid, None) is None:
             return
-        self.retire(client)
+        if client.cid not in self.internal:
+            self.retire(client)
         if self.monitor is not None and client.cid not in self.internal:
             from .monitor import client_item
 
