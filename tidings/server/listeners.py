@@ -76,8 +76,12 @@ class ClientPort(Listener):
                 client_greeter(server, lambda: kind(server)),
             ).serve(sock)
         else:
-            self._listener = await server.loop.create_server(
-                lambda: kind(server), sock=sock, backlog=4096)
+            try:
+                self._listener = await server.loop.create_server(
+                    lambda: kind(server), sock=sock, backlog=4096)
+            except BaseException:
+                sock.close()
+                raise
         server.port = self._bound[1]
         server.build_info()
 
