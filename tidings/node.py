@@ -45,7 +45,8 @@ class Node:
     async def start(self, core_started: Callable[[Server], None] | None = None) -> Server:
         """Start the core (and its cluster), then streaming; on a failure, what started is
         stopped again and the error raised (a listener's names it and its address).
-        `core_started(server)` is called once the core listens, before streaming starts."""
+        `core_started(server)` is called once the core listens, before streaming starts.
+        Once all is up, the ports file is written (ports_file_dir)."""
         server = Server(self.options)
         if self.options.cluster:
             from .cluster.cluster import Cluster
@@ -64,13 +65,14 @@ class Node:
                 await server.shutdown()
                 raise
             log.info("Server is ready")  # only once everything started
+        server.ports_file.write()
         return server
 
     async def _start_streaming(self, core: Server) -> Any:
         from .streaming.server.banner import log_embedded_banner
 
         sopts = replace(self.streaming_options)
-        log_embedded_banner(sopts, core.options)
+        log_embedded_banner(sopts, core)
         # The streaming modules load in a thread: the core serves its first clients meanwhile
         # instead of waiting for the imports.
         await asyncio.to_thread(importlib.import_module, "tidings.streaming.server.runner")
@@ -101,6 +103,7 @@ class Node:
         finally:
             if server is not None:
                 await server.shutdown()
+                server.ports_file.remove()
 
     async def run(self, reload_options: Callable[[], ServerOptions] | None = None) -> None:
         """`tidings server`: start, serve until SIGINT or SIGTERM (or the end of lame duck

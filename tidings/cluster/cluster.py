@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..config.server import RouteURL
 from ..oserrors import listen_error
 from ..redact import redact_url
+from ..server.binding import listener_urls, listening_socket
 from ..server.connection import Connection, Frame
 from ..server.listeners import Listener
 from ..server.server import local_ips
@@ -69,6 +70,7 @@ class Cluster(Listener):
         self.local_counts: dict[tuple[bytes, bytes | None], int] = {}
         self.client_urls: dict[str, list[str]] = {}  # remote server id -> its client URLs
         self._listener: asyncio.AbstractServer | None = None
+        self._bound: tuple[Any, ...] = ()  # the route listener's address
         self._tasks: set[asyncio.Task[None]] = set()
         self._soliciting: set[str] = set()  # host:port we are connecting to now
         self._qseq = 0
@@ -97,22 +99,26 @@ class Cluster(Listener):
             self._seeded.set()
 
     async def _listen(self) -> None:
-        loop = self.server.loop
+        sock = await listening_socket(self.listen.host, self.listen.port)
+        self._bound = sock.getsockname()
         if self.tls is not None:
             from ..server.tls_session import Greeting, TLSListener
 
             async def greet(conn: socket.socket, peer: Any) -> Greeting:
                 return Greeting(RouteConnection(self))
 
-            self._listener = await TLSListener(  # type: ignore[assignment]
+            self._listener = TLSListener(  # type: ignore[assignment]
                 self.tls_contexts[0], self.tls.timeout, greet, kind="route"
-            ).start(self.listen.host, self.listen.port)
+            ).serve(sock)
         else:
-            self._listener = await loop.create_server(
-                lambda: RouteConnection(self), self.listen.host, self.listen.port,
-                reuse_address=True,
-            )
-        self.port = self._listener.sockets[0].getsockname()[1]
+            self._listener = await self.server.loop.create_server(
+                lambda: RouteConnection(self), sock=sock)
+        self.port = self._bound[1]
+
+    def ports(self) -> dict[str, list[str]]:
+        if self._listener is None:
+            return {}
+        return {"cluster": listener_urls("tls" if self.tls else "nats", self._bound)}
 
     async def seeded(self, timeout: float) -> bool:
         """Wait (at most `timeout`) until a route to every seed has been made once."""

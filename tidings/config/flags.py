@@ -8,7 +8,14 @@ import argparse
 from dataclasses import replace
 
 from .server import RouteURL, ServerOptions, check
-from .units import flag_bool, flag_port, flag_positive_int, flag_seconds, flag_size
+from .units import (
+    flag_bool,
+    flag_monitor_port,
+    flag_port,
+    flag_positive_int,
+    flag_seconds,
+    flag_size,
+)
 
 
 def route_list(text: str) -> list[str]:
@@ -31,13 +38,16 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     add("-p", "--port", type=flag_port,
         help=f"port for clients; 0 or -1 picks a free port (default {d.port})")
     add("-n", "--name", "--server_name", dest="name", help="server name (default: the server id)")
-    add("-m", "--http_port", type=flag_port, help="HTTP port for monitoring")
-    add("-ms", "--https_port", type=flag_port,
-        help="HTTPS port for monitoring (with the client TLS certificate)")
+    add("-m", "--http_port", type=flag_monitor_port,
+        help="HTTP port for monitoring; -1 picks a free port")
+    add("-ms", "--https_port", type=flag_monitor_port,
+        help="HTTPS port for monitoring (with the client TLS certificate); -1 picks a free port")
     add("-c", "--config", default="", metavar="FILE", help="configuration file")
     add("-t", dest="test_config", action="store_true",
         help="test the configuration file and exit")
     add("-P", "--pid", dest="pid_file", metavar="FILE", help="file to store the PID in")
+    add("--ports_file_dir", metavar="DIR",
+        help="write the URLs of every listener to DIR/<executable>_<pid>.ports once ready")
     add("-sl", "--signal", default="", metavar="SIGNAL[=PID]",
         help="send a signal to a running server (ldm, stop, quit, term, reopen, reload); "
              "PID is a process id or a PID file (default: the -P file)")

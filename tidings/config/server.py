@@ -7,6 +7,7 @@ A key the reference does not know is refused as it refuses it (`unknown field "x
 the reference has and tidings does not (jetstream, leafnodes, ...) is refused with a
 message that names it, never ignored. Every alias the reference has is taken (`net` for
 `host`, `monitor_port` for `http_port`, `max_conn`, `logfile`, `pidfile`, `ws`, ...).
+A monitor port of -1 (`http: "127.0.0.1:-1"`) is any free port, as a client port of -1 is.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from urllib.parse import quote, unquote, urlsplit
 from ..protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD
 from .auth import AuthOptions, check_no_auth_user, parse_authorization
 from .parser import ConfigError, Section, load
-from .units import file_bool, file_duration, file_port, file_size
+from .units import file_bool, file_duration, file_monitor_port, file_port, file_size
 
 # tls.py and websocket.py are imported where a block of theirs is read or checked: a
 # server without TLS or WebSocket does not load them at start.
@@ -39,7 +40,7 @@ class ServerOptions:
     port: int = 4222
     name: str = ""
     http_host: str = ""  # the monitor's address (`http: HOST:PORT`); "": the client host
-    http_port: int = 0
+    http_port: int = 0  # 0: no monitor; -1: on any free port (so is https_port)
     max_payload: int = MAX_PAYLOAD
     max_control_line: int = MAX_CONTROL_LINE
     max_connections: int = 64 * 1024
@@ -60,6 +61,10 @@ class ServerOptions:
     log_file: str = ""
     log_size_limit: int = 0  # bytes; the log file is started anew past it (0: never)
     pid_file: str = ""
+    # Where the ports file (`<exe>_<pid>.ports`, the URLs of every listener) is written once
+    # the server is ready, as the reference's ports_file_dir; "": none.
+    ports_file_dir: str = ""
+    tags: list[str] = field(default_factory=list)  # server_tags (/varz tags)
     # Clustering, as nats-server's flags: the route listener URL, seed routes, the name.
     cluster: str = ""
     routes: list[str] = field(default_factory=list)
@@ -192,7 +197,6 @@ UNSUPPORTED = {
     "disable_sublist_cache": "turning the subscription cache off is not supported",
     "no_sublist_cache": "turning the subscription cache off is not supported",
     "http_base_path": "a base path for the monitoring endpoints is not supported",
-    "ports_file_dir": "a ports file is not supported",
     "prof_port": "the Go profiler is not supported",
     "prof_block_rate": "the Go profiler is not supported",
     "proxy_protocol": "the PROXY protocol is not supported",
@@ -205,7 +209,6 @@ UNSUPPORTED = {
     "no_header_support": "turning headers off is not supported",
     "connect_error_reports": "connect error report intervals are not supported",
     "reconnect_error_reports": "connect error report intervals are not supported",
-    "server_tags": "server tags are not supported",
     "server_metadata": "server metadata is not supported",
     "feature_flags": "feature flags are not supported",
     "no_fast_producer_stall": "fast producer stalls are not supported",
@@ -269,14 +272,15 @@ def _str(value: Any) -> str:
     return value
 
 
-def _host_port(text: Any, default_host: str = "0.0.0.0") -> tuple[str, int]:
+def _host_port(text: Any, default_host: str = "0.0.0.0",
+               port_of: Callable[[Any], int] = file_port) -> tuple[str, int]:
     text = str(text)
     host, sep, port = text.rpartition(":")
     if not sep or not port.lstrip("-").isdigit():
         raise ValueError(f"could not parse address string {text!r}")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]  # [::1]:4222
-    return host or default_host, file_port(int(port))
+    return host or default_host, port_of(int(port))
 
 
 def _listen(changes: dict[str, Any], value: Any) -> None:
@@ -289,13 +293,34 @@ def _monitor(port_field: str) -> Handler:
 
     def handle(changes: dict[str, Any], value: Any) -> None:
         if isinstance(value, int) and not isinstance(value, bool):
-            changes[port_field] = file_port(value)
+            changes[port_field] = file_monitor_port(value)
             return
-        host, changes[port_field] = _host_port(value, "")
+        host, changes[port_field] = _host_port(value, "", file_monitor_port)
         if host:
             changes["http_host"] = host
 
     return handle
+
+
+def _tags(value: Any) -> list[str]:
+    """server_tags: a string or a list of strings; kept as the reference keeps them (lower
+    case, trimmed, each once, none empty)."""
+    if isinstance(value, str):
+        words = [value]
+    elif isinstance(value, list):
+        words = value
+        for word in words:
+            if not isinstance(word, str):
+                raise ValueError(f"error parsing tags: unsupported type {type(word).__name__} "
+                                 "where string is expected")
+    else:
+        raise ValueError(f"error parsing tags: unsupported type {type(value).__name__}")
+    tags: list[str] = []
+    for word in words:
+        tag = word.strip().lower()
+        if tag and tag not in tags:
+            tags.append(tag)
+    return tags
 
 
 def _tls(changes: dict[str, Any], value: Any) -> None:
@@ -375,12 +400,12 @@ _KEYS: dict[str, Handler] = {
     "server_name": _to("name", _str),
     "client_advertise": _to("client_advertise", _str),
     "http": _monitor("http_port"),
-    "http_port": _to("http_port", file_port),
+    "http_port": _to("http_port", file_monitor_port),
     "https": _monitor("https_port"),
-    "https_port": _to("https_port", file_port),
+    "https_port": _to("https_port", file_monitor_port),
     "tls": _tls,
     "allow_non_tls": _to("allow_non_tls", file_bool),
-    "monitor_port": _to("http_port", file_port),
+    "monitor_port": _to("http_port", file_monitor_port),
     "max_payload": _to("max_payload", file_size),
     "max_control_line": _to("max_control_line", file_size),
     "max_pending": _to("max_pending", file_size),
@@ -403,6 +428,8 @@ _KEYS: dict[str, Handler] = {
     "log_size_limit": _to("log_size_limit", file_size),
     "pid_file": _to("pid_file", _str),
     "pidfile": _to("pid_file", _str),
+    "ports_file_dir": _to("ports_file_dir", _str),
+    "server_tags": _to("tags", _tags),
     # The streaming server's block is read by the streaming options (streaming/server).
     "streaming": lambda changes, value: None,
     "websocket": _websocket,

@@ -37,7 +37,9 @@ Booleans
 Ports
     File and flags alike: an integer from -1 to 65535; -1 is the reference's RANDOM_PORT and
     given as 0 (any free port). The file takes the lexer's integer (`file_port`), a flag its
-    decimal text (`flag_port`).
+    decimal text (`flag_port`). The monitor's ports (`http`, `http_port`, `https`, -m, -ms)
+    are 0 when monitoring is off: there -1 stays -1, "on, at any free port", as the
+    reference keeps it (`file_monitor_port`, `flag_monitor_port`; /varz shows the -1).
 """
 
 from __future__ import annotations
@@ -178,8 +180,23 @@ def file_port(value: Any) -> int:
     return max(value, 0)
 
 
+def file_monitor_port(value: Any) -> int:
+    """A monitor port key: -1 to 65535, where 0 is off and -1 any free port (kept as -1)."""
+    port = file_port(value)
+    return -1 if value == -1 else port
+
+
 def flag_port(text: str) -> int:
     """A port flag: 0 to 65535, and -1 (the reference's "any free port") is 0."""
+    return max(_flag_port(text), 0)
+
+
+def flag_monitor_port(text: str) -> int:
+    """A monitor port flag (-m, -ms): 0 is off, -1 any free port (kept as -1)."""
+    return _flag_port(text)
+
+
+def _flag_port(text: str) -> int:
     try:
         port = int(text)
     except ValueError:
@@ -187,4 +204,4 @@ def flag_port(text: str) -> int:
     if not -1 <= port <= _MAX_PORT:
         raise argparse.ArgumentTypeError(f"invalid port {port} (0 to 65535; 0 or -1: any "
                                          "free port)")
-    return max(port, 0)
+    return port

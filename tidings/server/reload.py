@@ -73,6 +73,8 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
         for client in server.clients.values():
             if client.transport is not None:
                 client.transport.set_write_buffer_limits(high=mark, low=mark)
+    if "ports_file_dir" in changed:
+        server.ports_file.moved()  # as the reference: the old file removed, the new written
     if {"user", "password", "token", "auth", "websocket", "tls"} & set(changed):
         server.set_auth()
         _recheck_clients(server)
@@ -91,8 +93,8 @@ def _shown(name: str, value: Any) -> str:
         return "authorization users"
     if name in ("password", "token"):
         return f"{name} = <hidden>"
-    if name == "websocket":
-        return "websocket"
+    if name in ("websocket", "tags"):
+        return name
     return f"{name} = {_shown_value(name, value)}"
 
 

@@ -23,6 +23,7 @@ from .auth import Authenticator, Bcrypt, granting, new_nonce
 from .client import ClientConnection
 from .connection import Connection, Frame
 from .listeners import ClientPort, Listener, MonitorPort
+from .portsfile import PortsFile
 from .sublist import Sublist, Subscription
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class Server:
         self.connect_urls: list[str] = []  # the cluster's client URLs, for clients' INFO
         self.lame_duck = False
         self.monitor: Monitor | None = None  # -m: the HTTP monitoring endpoints
+        self.ports_file = PortsFile(self)  # ports_file_dir (written once ready: node.py)
         self.tls_context: Any = None  # ssl.SSLContext of the client listener with TLS
         self.ws_listener: WebSocketListener | None = None  # `websocket { }` (websocket.py)
         self.client_kind: type[ClientConnection] = ClientConnection  # TCP and WebSocket

@@ -4,9 +4,12 @@ key it is about, in whichever block."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from tidings.config import ConfigError, parse
+from tidings.config.flags import add_server_arguments, options_from_args
 from tidings.config.server import ServerOptions, apply_server_config
 
 ERRORS = [
@@ -34,6 +37,12 @@ ERRORS = [
     ("websocket {\n  port: 8080\n  handshake_timeout: true\n}\n",
      "f.conf:3:3: error parsing handshake timeout: unsupported type bool"),
     ("tls {\n  cert_file: a\n  bogus: 1\n}\n", 'f.conf:3:3: unknown field "bogus"'),
+    # The reference's words, Python's type names.
+    ('server_tags: [1, "a"]\n', 'f.conf:1:0: "server_tags": error parsing tags: unsupported '
+     "type int where string is expected"),
+    ("server_tags: true\n", 'f.conf:1:0: "server_tags": error parsing tags: unsupported type '
+     "bool"),
+    ("ports_file_dir: 1\n", 'f.conf:1:0: "ports_file_dir": expected a string, got 1'),
 ]
 
 
@@ -54,3 +63,35 @@ def test_the_keys_onto_the_options() -> None:
     assert (options.ping_interval, options.debug, options.http_port) == (120.0, True, 8222)
     assert options.cluster == "nats://r%20u:p%40ss@127.0.0.1:6222"
     assert (options.cluster_name, options.routes) == ("C", ["nats://h:6222"])
+
+
+@pytest.mark.parametrize(("text", "host", "port"), [
+    ('http: "127.0.0.1:-1"\n', "127.0.0.1", -1),
+    ("http: -1\n", "", -1),
+    ("http_port: -1\n", "", -1),
+    ("monitor_port: -1\n", "", -1),
+    ("http: 8222\n", "", 8222),
+])
+def test_a_monitor_port_of_minus_one_is_any_free_port(text: str, host: str, port: int) -> None:
+    """-1 stays -1 (on, any free port): 0 would be monitoring off."""
+    options = apply_server_config(ServerOptions(), parse(text, "f.conf"))
+    assert (options.http_host, options.http_port) == (host, port)
+    if text.startswith("http"):
+        secure = parse(text.replace("http", "https"), "f.conf")
+        assert apply_server_config(ServerOptions(), secure).https_port == port
+
+
+def test_ports_file_dir_and_server_tags() -> None:
+    text = 'ports_file_dir: "/tmp/p"\nserver_tags: ["A", " b ", "", "a", "C"]\n'
+    options = apply_server_config(ServerOptions(), parse(text, "f.conf"))
+    assert (options.ports_file_dir, options.tags) == ("/tmp/p", ["a", "b", "c"])
+    one = apply_server_config(ServerOptions(), parse('server_tags: "Solo"\n', "f.conf"))
+    assert one.tags == ["solo"]
+
+
+def test_the_flags_of_the_ports_file_and_a_random_monitor_port() -> None:
+    parser = argparse.ArgumentParser()
+    add_server_arguments(parser)
+    options = options_from_args(parser.parse_args(["-m", "-1", "--ports_file_dir", "/tmp/p"]))
+    assert (options.http_port, options.ports_file_dir) == (-1, "/tmp/p")
+    assert parser.parse_args(["-ms", "-1"]).https_port == -1

@@ -13,10 +13,12 @@ from tidings.config import parse
 from tidings.config.units import (
     file_bool,
     file_duration,
+    file_monitor_port,
     file_port,
     file_size,
     flag_bool,
     flag_duration,
+    flag_monitor_port,
     flag_port,
     flag_positive_int,
     flag_seconds,
@@ -202,3 +204,19 @@ def test_flag_ports(text: str, want: int) -> None:
 def test_flag_ports_refused(text: str, error: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=re.escape(error)):
         flag_port(text)
+
+
+# The monitor's ports: 0 is off, so -1 ("any free port") stays -1 (the reference's
+# RANDOM_PORT, shown as such in /varz), where a client port's -1 is 0.
+@pytest.mark.parametrize(("value", "want"), [(8222, 8222), (0, 0), (-1, -1), (65535, 65535)])
+def test_monitor_ports(value: int, want: int) -> None:
+    assert file_monitor_port(value) == want
+    assert flag_monitor_port(str(value)) == want
+
+
+@pytest.mark.parametrize("value", [65536, -2])
+def test_monitor_ports_refused(value: int) -> None:
+    with pytest.raises(ValueError, match=f"port {value} out of range"):
+        file_monitor_port(value)
+    with pytest.raises(argparse.ArgumentTypeError, match=f"invalid port {value}"):
+        flag_monitor_port(str(value))
