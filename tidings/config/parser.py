@@ -385,6 +385,12 @@ class _Reader:
     def map_value_end(self) -> bool:
         """After a value of a map: blanks and a comment, then a newline, `,` or `;` (True:
         its `}`); anything else is refused (`{ a: 1 b: 2 }`)."""
+        return self.value_end("\n\r,;/", "}", 'Expected a map value terminator "," or a map '
+                              'terminator "}"')
+
+    def value_end(self, separators: str, closer: str, expected: str) -> bool:
+        """After a value of a map or an array: blanks and a comment, then one of
+        `separators` (False) or `closer` (True); anything else is refused as `expected`."""
         while True:
             c = self.at()
             if self.comment():
@@ -392,14 +398,13 @@ class _Reader:
             if c in (" ", "\t"):
                 self.pos += 1
                 continue
-            if c and c in "\n\r,;/":
+            if c and c in separators:
                 self.pos += 1
                 return False
-            if c == "}":
+            if c == closer:
                 self.pos += 1
                 return True
-            raise self.error('Expected a map value terminator "," or a map terminator "}", '
-                             f"but got {_shown(c)} instead.")
+            raise self.error(f"{expected}, but got {_shown(c)} instead.")
 
     def array(self) -> list[Any]:
         """An array, after its `[`: values separated by `,` or newlines (one trailing `,`
@@ -421,21 +426,8 @@ class _Reader:
 
     def array_value_end(self) -> bool:
         """After a value of an array; True at its `]`."""
-        while True:
-            c = self.at()
-            if self.comment():
-                continue
-            if c in (" ", "\t"):
-                self.pos += 1
-                continue
-            if c and c in "\n\r,/":
-                self.pos += 1
-                return False
-            if c == "]":
-                self.pos += 1
-                return True
-            raise self.error('Expected an array value terminator "," or an array terminator '
-                             f'"]", but got {_shown(c)} instead.')
+        return self.value_end("\n\r,/", "]", 'Expected an array value terminator "," or an '
+                              'array terminator "]"')
 
     # -- strings -------------------------------------------------------------------------
     def raw_string(self) -> str:
