@@ -28,11 +28,14 @@ run: $(RUN_STAMP)
 # alone (the markers in pyproject.toml; tests/harness/__init__.py says which and why).
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not serial"
 	$(PY) -m pytest -q -m serial
 
+# ruff, and the layers of docs/architecture.md (import-linter; the contract in pyproject.toml)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 bench: $(STAMP)
 	$(PY) benchmarks/compare.py

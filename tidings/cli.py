@@ -11,9 +11,10 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from .config.flags import add_server_arguments, options_from_args
+from .config.server import ServerOptions
 from .flagparser import FlagParser, UsageError, report
 from .oserrors import about, describe
-from .server.options import ServerOptions, add_server_arguments, options_from_args
 
 
 def _setup_logging(quiet: bool, debug: bool, trace: bool = False, logtime: bool = True,
@@ -43,7 +44,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
     base = None
     conf: dict[str, Any] = {}
     if args.config:
-        from .server.config import load_server_config
+        from .config.server import load_server_config
 
         base, conf = load_server_config(args.config)
     options = options_from_args(args, base)
@@ -70,7 +71,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
     reload_options = None
     if args.config:
         def reload_options() -> ServerOptions:
-            from .server.config import load_server_config
+            from .config.server import load_server_config
 
             new = options_from_args(args, load_server_config(args.config)[0])
             _setup_logging(new.no_log, new.debug, new.trace, new.logtime, new.log_file,

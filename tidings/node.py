@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from .server.options import ServerOptions
+from .config.server import ServerOptions
 from .server.server import Server
 from .signals import SERVER_SIGNALS, trap_unsupported_signals
 
@@ -42,9 +42,11 @@ class Node:
         self.server: Server | None = None
         self.streaming: Any = None  # streaming.server.RunningStreaming, while it runs
 
-    async def start(self) -> Server:
+    async def start(self, core_started: Callable[[Server], None] | None = None) -> Server:
         """Start the core (and its cluster), then streaming; on a failure, what started is
-        stopped again and the error raised (a listener's names it and its address)."""
+        stopped again and the error raised (a listener's names it and its address).
+        `core_started(server)` is called once the core listens, before streaming starts.
+        Once all is up, the ports file is written (ports_file_dir)."""
         server = Server(self.options)
         if self.options.cluster:
             from .cluster.cluster import Cluster
@@ -53,6 +55,8 @@ class Node:
             server.plug(server.cluster)
         await server.start(announce=self.streaming_options is None)
         self.server = server
+        if core_started is not None:
+            core_started(server)
         if self.streaming_options is not None:
             try:
                 self.streaming = await self._start_streaming(server)
@@ -61,13 +65,14 @@ class Node:
                 await server.shutdown()
                 raise
             log.info("Server is ready")  # only once everything started
+        server.ports_file.write()
         return server
 
     async def _start_streaming(self, core: Server) -> Any:
         from .streaming.server.banner import log_embedded_banner
 
         sopts = replace(self.streaming_options)
-        log_embedded_banner(sopts, core.options, core.monitor.port if core.monitor else 0)
+        log_embedded_banner(sopts, core)
         # The streaming modules load in a thread: the core serves its first clients meanwhile
         # instead of waiting for the imports.
         await asyncio.to_thread(importlib.import_module, "tidings.streaming.server.runner")
@@ -98,6 +103,7 @@ class Node:
         finally:
             if server is not None:
                 await server.shutdown()
+                server.ports_file.remove()
 
     async def run(self, reload_options: Callable[[], ServerOptions] | None = None) -> None:
         """`tidings server`: start, serve until SIGINT or SIGTERM (or the end of lame duck
@@ -109,22 +115,15 @@ class Node:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
-        # Handled from before the start, as the reference's: a signal sent once the server
-        # says it is ready (or while it starts) acts, on the server once it has started.
-        pending: list[Callable[[Server], None]] = []
 
-        def deliver(action: Callable[[Server], None]) -> None:
-            if self.server is not None:
-                action(self.server)
-            else:
-                pending.append(action)
+        def core_started(server: Server) -> None:
+            # As soon as the core listens (a client may signal it while streaming starts).
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signal.SIGUSR2, server.enter_lame_duck)
+                if reload_options is not None:
+                    loop.add_signal_handler(signal.SIGHUP, server.reload_with, reload_options)
 
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGUSR2, deliver, Server.enter_lame_duck)
-            if reload_options is not None:
-                loop.add_signal_handler(signal.SIGHUP, deliver,
-                                        lambda server: server.reload_with(reload_options))
-        starting = loop.create_task(self.start())
+        starting = loop.create_task(self.start(core_started))
         if not await _first(starting, stop):
             starting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -133,8 +132,6 @@ class Node:
             log.info("Server Exiting..")
             return
         server = starting.result()
-        for action in pending:
-            action(server)
         try:
             await _first(loop.create_task(server.serve_forever()), stop)
         finally:

@@ -18,6 +18,7 @@ from tidings.spark.options import (
     WriteOptions,
     check_names,
 )
+from tidings.spark.planning import channel_pattern_matches
 
 from .conftest import publish
 
@@ -104,6 +105,28 @@ def test_starting_offsets_name_only_channels_the_stream_reads(spark, stan_server
             f"nor matching channelPattern")):
         run({a: 2, other: 1}, name + "_typo")
 
+
+
+@pytest.mark.parametrize("pattern,channel,matches", [
+    # A `*` token or a last `>` token: matched as the server matches subjects.
+    ("orders.*", "orders.eu", True),
+    ("orders.*", "orders.eu.x", False),
+    ("orders.>", "orders.eu.x", True),
+    ("orders.>", "orders", False),
+    ("*.eu", "orders.eu", True),
+    ("orders.*", "orders.e?", True),
+    # Anything else: a shell glob, whose `*` crosses dots.
+    ("orders*", "orders.eu.x", True),
+    ("orders.e?", "orders.eu", True),
+    ("orders.[ab]", "orders.a", True),
+    ("orders", "orders", True),
+    ("orders", "orders.eu", False),
+    ("orders.*.[ab]", "orders.x.[ab]", True),  # a `*` token: NATS-style, `[ab]` literal
+    ("a.>.b", "a.x", False),  # a `>` that is not last: a glob, matching itself only
+    ("a.>.b", "a.>.b", True),
+])
+def test_channel_pattern_nats_style_or_glob(pattern: str, channel: str, matches: bool) -> None:
+    assert channel_pattern_matches(pattern, channel) is matches
 
 def test_spark_own_option_keys_are_accepted():
     # Recorded from Spark 4.3 (a probe data source's `self.options`): read.load(path) and

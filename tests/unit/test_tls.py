@@ -11,9 +11,10 @@ import pytest
 import trustme
 
 from tidings.config import ConfigError, parse
-from tidings.server.config import apply_server_config
-from tidings.server.options import ServerOptions, add_server_arguments, options_from_args
-from tidings.server.tls import AUTO_FALLBACK, certificate_identities, go_subject, parse_tls_block
+from tidings.config.flags import add_server_arguments, options_from_args
+from tidings.config.server import ServerOptions, apply_server_config
+from tidings.config.tls import AUTO_FALLBACK, parse_tls_block
+from tidings.server.tls import certificate_identities, go_subject
 
 # -- certificate_identities ----------------------------------------------------------------
 

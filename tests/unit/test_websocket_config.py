@@ -8,10 +8,9 @@ from dataclasses import replace
 import pytest
 
 from tidings.config import ConfigError, parse
-from tidings.server.config import apply_server_config
-from tidings.server.options import ServerOptions, WebSocketOptions
+from tidings.config.server import ServerOptions, apply_server_config
+from tidings.config.websocket import WebSocketOptions, check_websocket, parse_websocket
 from tidings.server.websocket import close_frame_for
-from tidings.server.websocket_config import check_websocket, parse_websocket
 
 
 def options(text: str) -> ServerOptions:

@@ -14,10 +14,11 @@ import socket
 import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote, urlsplit
 
+from ..config.server import RouteURL
 from ..oserrors import listen_error
 from ..redact import redact_url
+from ..server.binding import listener_urls, listening_socket
 from ..server.connection import Connection, Frame
 from ..server.listeners import Listener
 from ..server.server import local_ips
@@ -38,41 +39,6 @@ DIAL_TIMEOUT = 1.0  # as the reference's DEFAULT_ROUTE_DIAL
 # The route protocol level we announce: accounts in RS+/RMSG (the reference's RouteProtoV2),
 # not the distributed message tracing of level 3.
 ROUTE_PROTO = 2
-
-
-class RouteURL:
-    """A route URL: nats://[user:pass@]host:port (nats-route:// too). `text` holds its
-    credentials: anything shown (logs, errors, monitoring) shows `redacted` or `hostport`."""
-
-    def __init__(self, text: str) -> None:
-        shown = redact_url(text)
-        try:
-            parts = urlsplit(text if "://" in text else "nats://" + text)
-            port = parts.port
-        except ValueError:
-            raise ValueError(f"route URL {shown!r}: not a URL with a host and port") from None
-        if parts.scheme not in ("nats", "nats-route", "route"):
-            raise ValueError(f"route URL {shown!r}: unknown scheme {parts.scheme!r}")
-        if not parts.hostname or port is None:
-            raise ValueError(f"route URL {shown!r}: host and port required")
-        self.text = text
-        self.redacted = shown
-        self.host = parts.hostname
-        self.port = port
-        # Percent-decoded, as Go's url.Parse gives them (credentials() encodes them).
-        self.user = unquote(parts.username or "")
-        self.password = unquote(parts.password or "")
-
-    @property
-    def hostport(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @staticmethod
-    def with_credentials(user: str, password: str, hostport: str) -> str:
-        """nats://user:password@hostport, any character of either percent-encoded."""
-        if not user:
-            return f"nats://{hostport}"
-        return f"nats://{quote(user, safe='')}:{quote(password, safe='')}@{hostport}"
 
 
 class Cluster(Listener):
@@ -104,6 +70,7 @@ class Cluster(Listener):
         self.local_counts: dict[tuple[bytes, bytes | None], int] = {}
         self.client_urls: dict[str, list[str]] = {}  # remote server id -> its client URLs
         self._listener: asyncio.AbstractServer | None = None
+        self._bound: tuple[Any, ...] = ()  # the route listener's address
         self._tasks: set[asyncio.Task[None]] = set()
         self._soliciting: set[str] = set()  # host:port we are connecting to now
         self._qseq = 0
@@ -132,22 +99,26 @@ class Cluster(Listener):
             self._seeded.set()
 
     async def _listen(self) -> None:
-        loop = self.server.loop
+        sock = await listening_socket(self.listen.host, self.listen.port)
+        self._bound = sock.getsockname()
         if self.tls is not None:
             from ..server.tls_session import Greeting, TLSListener
 
             async def greet(conn: socket.socket, peer: Any) -> Greeting:
                 return Greeting(RouteConnection(self))
 
-            self._listener = await TLSListener(  # type: ignore[assignment]
+            self._listener = TLSListener(  # type: ignore[assignment]
                 self.tls_contexts[0], self.tls.timeout, greet, kind="route"
-            ).start(self.listen.host, self.listen.port)
+            ).serve(sock)
         else:
-            self._listener = await loop.create_server(
-                lambda: RouteConnection(self), self.listen.host, self.listen.port,
-                reuse_address=True,
-            )
-        self.port = self._listener.sockets[0].getsockname()[1]
+            self._listener = await self.server.loop.create_server(
+                lambda: RouteConnection(self), sock=sock)
+        self.port = self._bound[1]
+
+    def ports(self) -> dict[str, list[str]]:
+        if self._listener is None:
+            return {}
+        return {"cluster": listener_urls("tls" if self.tls else "nats", self._bound)}
 
     async def seeded(self, timeout: float) -> bool:
         """Wait (at most `timeout`) until a route to every seed has been made once."""

@@ -1,5 +1,6 @@
-"""The nats-server configuration file format, shared by the core server and streaming."""
+"""The nats-server configuration file format, shared by the core server and streaming; the
+units of the options (`units`)."""
 
-from .parser import ConfigError, Section, load, parse, parse_duration, parse_size
+from .parser import ConfigError, Section, load, parse
 
-__all__ = ["ConfigError", "Section", "load", "parse", "parse_duration", "parse_size"]
+__all__ = ["ConfigError", "Section", "load", "parse"]

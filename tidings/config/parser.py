@@ -30,12 +30,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-_SIZES = {"": 1}
-for _i, _letter in enumerate("kmgtpe", start=1):
-    _SIZES[_letter] = 1000 ** _i
-    for _suffix in ("b", "i", "ib"):
-        _SIZES[_letter + _suffix] = 1024 ** _i
-_INTEGER = re.compile(r"^(-?\d+)([a-zA-Z]*)$")
+from .units import SIZE_SUFFIXES
+
 _QUOTED_STOP = re.compile(r'["\\]')
 _NL = "\n\r"
 _BLANK = " \t"
@@ -106,59 +102,6 @@ def _load(path: Path, depth: int) -> Section:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason})") from None
     return _Reader(text, str(path), depth, set()).document()
-
-
-def parse_size(value: Any) -> int:
-    """Bytes from an integer or a size string as the file format reads it ("1MB", "64k")."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a size, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        got = _integer(value.strip())
-        if got is not None:
-            return got
-    raise ValueError(f"expected a size, got {value!r}")
-
-
-# Go's units, and days ("d"), which the streaming server's limits have always taken here.
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h|d)")
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
-                   "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from a Go duration string ("1h30m", "500ms", "2m") or a number of seconds."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration, got {value!r}")
-    if isinstance(value, int | float):
-        return float(value)
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected a duration, got {value!r}")
-    text = value.strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    sign = -1.0 if text.startswith("-") else 1.0
-    text = text.lstrip("+-")
-    pos, total = 0, 0.0
-    for m in _DURATION_PART.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-        pos = m.end()
-    if pos != len(text) or not text:
-        raise ValueError(f"invalid duration {value!r}")
-    return sign * total
-
-
-def _integer(word: str) -> int | None:
-    m = _INTEGER.match(word)
-    if m is None or not m.group(1).lstrip("-").isascii():
-        return None
-    mult = _SIZES.get(m.group(2).lower())
-    return None if mult is None else int(m.group(1)) * mult
 
 
 def _space(c: str) -> bool:
@@ -442,6 +385,12 @@ class _Reader:
     def map_value_end(self) -> bool:
         """After a value of a map: blanks and a comment, then a newline, `,` or `;` (True:
         its `}`); anything else is refused (`{ a: 1 b: 2 }`)."""
+        return self.value_end("\n\r,;/", "}", 'Expected a map value terminator "," or a map '
+                              'terminator "}"')
+
+    def value_end(self, separators: str, closer: str, expected: str) -> bool:
+        """After a value of a map or an array: blanks and a comment, then one of
+        `separators` (False) or `closer` (True); anything else is refused as `expected`."""
         while True:
             c = self.at()
             if self.comment():
@@ -449,14 +398,13 @@ class _Reader:
             if c in (" ", "\t"):
                 self.pos += 1
                 continue
-            if c and c in "\n\r,;/":
+            if c and c in separators:
                 self.pos += 1
                 return False
-            if c == "}":
+            if c == closer:
                 self.pos += 1
                 return True
-            raise self.error('Expected a map value terminator "," or a map terminator "}", '
-                             f"but got {_shown(c)} instead.")
+            raise self.error(f"{expected}, but got {_shown(c)} instead.")
 
     def array(self) -> list[Any]:
         """An array, after its `[`: values separated by `,` or newlines (one trailing `,`
@@ -478,21 +426,8 @@ class _Reader:
 
     def array_value_end(self) -> bool:
         """After a value of an array; True at its `]`."""
-        while True:
-            c = self.at()
-            if self.comment():
-                continue
-            if c in (" ", "\t"):
-                self.pos += 1
-                continue
-            if c and c in "\n\r,/":
-                self.pos += 1
-                return False
-            if c == "]":
-                self.pos += 1
-                return True
-            raise self.error('Expected an array value terminator "," or an array terminator '
-                             f'"]", but got {_shown(c)} instead.')
+        return self.value_end("\n\r,/", "]", 'Expected an array value terminator "," or an '
+                              'array terminator "]"')
 
     # -- strings -------------------------------------------------------------------------
     def raw_string(self) -> str:
@@ -661,12 +596,12 @@ class _Reader:
         m = re.match(r"-?\d*", word)
         digits = m.group(0) if m else ""
         suffix = word[len(digits):].lower()
-        if not digits.lstrip("-").isascii() or suffix not in _SIZES:
+        if not digits.lstrip("-").isascii() or suffix not in SIZE_SUFFIXES:
             raise self.error(f"expected integer, but got '{word}'", self.pos)
         number = int(digits)
         if not -_INT64 <= number < _INT64:
             raise self.error(f"integer '{word}' is out of the range", self.pos)
-        return number * _SIZES[suffix]
+        return number * SIZE_SUFFIXES[suffix]
 
     def date(self, start: int) -> dt.datetime:
         """After `YYYY-`: the rest of a Zulu date, `2006-01-02T15:04:05Z`."""

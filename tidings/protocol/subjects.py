@@ -3,6 +3,11 @@
 A subject is one or more non-empty tokens separated by '.'. A token that is exactly `*` matches
 any one token; a token that is exactly `>` matches one or more trailing tokens and must be last.
 `*` or `>` inside a longer token is an ordinary character, as in nats-server.
+
+`subject_matches` is the one wildcard matcher outside the server's subject index (whose trie
+walks the same rules): permissions, /subsz's `test`, the streaming limits' channel patterns and
+Spark's channelPattern all call it. It does not validate: on a subject that is not valid a `*`
+also matches an empty token, and the first `>` token ends the match whatever follows it.
 """
 
 from __future__ import annotations
@@ -76,7 +81,9 @@ def has_wildcard(subject: bytes) -> bool:
 
 
 def subject_matches(pattern: bytes | str, subject: bytes | str) -> bool:
-    """True when the literal `subject` matches the (possibly wildcard) `pattern`."""
+    """True when `subject` matches the (possibly wildcard) `pattern`. A `*` or `>` token of
+    `subject` itself is an ordinary token, which only a wildcard of `pattern` matches (the
+    permission check of a wildcard SUB relies on it)."""
     if isinstance(pattern, str):
         pattern = pattern.encode()
     if isinstance(subject, str):

@@ -29,12 +29,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..config.auth import (
+    Permissions,
+    ResponsePermission,
+    SubjectPermission,
+    User,
+    user_nkey_bytes,
+)
 from ..protocol.subjects import subject_matches
-from .auth_options import Permissions, ResponsePermission, SubjectPermission, User
 
 if TYPE_CHECKING:
+    from ..config.server import ServerOptions
     from .client import ClientConnection
-    from .options import ServerOptions
 
 log = logging.getLogger("tidings.server")
 
@@ -402,23 +408,6 @@ class Authenticator:
         except (BadSignatureError, ValueError, TypeError):
             return False
         return True
-
-
-def user_nkey_bytes(key: str) -> bytes | None:
-    """The ed25519 public key of a user NKey ("U" + base32 of prefix, key and CRC16), or
-    None when `key` is not one."""
-    if not key.startswith("U") or len(key) != 56:
-        return None
-    try:
-        raw = base64.b32decode(key)
-    except ValueError:
-        return None
-    import nkeys
-
-    body, crc = raw[:-2], int.from_bytes(raw[-2:], "little")
-    if raw[0] != nkeys.PREFIX_BYTE_USER or nkeys.crc16(bytearray(body)) != crc:
-        return None
-    return bytes(body[1:])
 
 
 def _usable(table: dict[str, tuple[User, Login]], name: str,

@@ -12,6 +12,7 @@ import logging
 import random
 from typing import TYPE_CHECKING, Any
 
+from ..config.server import MAX_PAYLOAD_LIMIT
 from ..protocol import encode
 from ..protocol.errors import (
     AUTHORIZATION_VIOLATION,
@@ -24,7 +25,6 @@ from ..protocol.parser import ClientOpParser
 from ..protocol.subjects import has_wildcard, is_valid_subscription
 from .auth import ANONYMOUS, Login, PasswordCheck, Replies, Rights
 from .connection import Connection, msg_frame
-from .options import MAX_PAYLOAD_LIMIT
 from .sublist import EMPTY_RESULT, Subscription
 
 if TYPE_CHECKING:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import resource
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -56,29 +57,31 @@ class Monitor:
         self.server = server
         self.requests: dict[str, int] = {}
         self._runner: web.AppRunner | None = None
+        self.bound: tuple[Any, ...] = ()  # the address it listens on (the port -1 picked)
         self._cpu = (time.monotonic(), time.process_time())
-        self.port = 0  # the port it listens on, once started
-        self.secure = False
 
-    async def start(self, host: str, port: int, secure: bool = False) -> None:
-        """Serve the endpoints on host:port (-1: any free port, as the reference's
-        RANDOM_PORT); `secure`: over TLS (-ms, the server's certificate, no client
+    async def start(self, sock: socket.socket, secure: bool = False) -> None:
+        """Serve the endpoints on `sock`, a listening socket (binding.py), which is closed if
+        they cannot be; `secure`: over TLS (-ms, the server's certificate, no client
         certificate asked for)."""
-        context = None
-        if secure and self.server.options.tls is not None:
-            from .tls import monitor_context
+        try:
+            context = None
+            if secure and self.server.options.tls is not None:
+                from .tls import monitor_context
 
-            context = monitor_context(self.server.options.tls)
-        app = web.Application()
-        app.router.add_get("/", self.root)
-        for name in ENDPOINTS:
-            app.router.add_get(f"/{name}", self._counted(name, getattr(self, name)))
-        app.router.add_get("/streaming{rest:.*}", self.extra)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, host, max(port, 0), reuse_address=True,
-                          ssl_context=context).start()
-        self.port, self.secure = self._runner.addresses[0][1], secure
+                context = monitor_context(self.server.options.tls)
+            app = web.Application()
+            app.router.add_get("/", self.root)
+            for name in ENDPOINTS:
+                app.router.add_get(f"/{name}", self._counted(name, getattr(self, name)))
+            app.router.add_get("/streaming{rest:.*}", self.extra)
+            self._runner = web.AppRunner(app, access_log=None)
+            await self._runner.setup()
+            await web.SockSite(self._runner, sock, ssl_context=context).start()
+        except BaseException:
+            sock.close()
+            raise
+        self.bound = sock.getsockname()
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -151,6 +154,7 @@ class Monitor:
             "subscriptions": s.sublist.count,
             "http_req_stats": dict(self.requests),
             "config_load_time": rfc3339(s.started),
+            **({"tags": list(o.tags)} if o.tags else {}),
             "slow_consumer_stats": {"clients": s.slow_consumers, "routes": 0, "gateways": 0,
                                     "leafs": 0},
             "stale_connection_stats": {**s.stale, "gateways": 0, "leafs": 0},

@@ -16,8 +16,8 @@ from . import flow
 from .auth import Login, PasswordCheck
 
 if TYPE_CHECKING:
+    from ..config.server import ServerOptions
     from .client import ClientConnection
-    from .options import ServerOptions
     from .server import Server
 
 log = logging.getLogger("tidings.server")
@@ -65,14 +65,12 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
         log.info("Reloaded: %s", _shown(name, getattr(new, name)))
     if tls_context is not None:
         server.tls_context = tls_context
-        from .listeners import ClientPort
-
-        for port in server.listeners:
-            listener: Any = getattr(port, "_listener", None)
-            if isinstance(port, ClientPort) and hasattr(listener, "context"):
-                listener.context = tls_context  # new handshakes take the new certificate
+        for listener in server.listeners:
+            listener.tls_changed(tls_context)  # new handshakes take the new certificate
     if {"max_payload", "max_control_line"} & set(changed):
         for client in server.clients.values():
+            if client.internal:
+                continue  # not bounded by the clients' limits (ClientConnection.make_internal)
             client.parser.max_payload = new.max_payload
             client.parser.max_control_line = new.max_control_line
     if "max_pending" in changed:
@@ -80,6 +78,8 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
         for client in server.clients.values():
             if client.transport is not None:
                 client.transport.set_write_buffer_limits(high=mark, low=mark)
+    if "ports_file_dir" in changed:
+        server.ports_file.moved()  # as the reference: the old file removed, the new written
     if {"user", "password", "token", "auth", "websocket", "tls"} & set(changed):
         server.set_auth()
         _recheck_clients(server)
@@ -98,8 +98,8 @@ def _shown(name: str, value: Any) -> str:
         return "authorization users"
     if name in ("password", "token"):
         return f"{name} = <hidden>"
-    if name == "websocket":
-        return "websocket"
+    if name in ("websocket", "tags"):
+        return name
     return f"{name} = {_shown_value(name, value)}"
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from ..config.server import ServerOptions
 from ..pipe import open_pipe
 from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
 from ..turns import LoopTurns
@@ -22,7 +23,7 @@ from .auth import Authenticator, Bcrypt, granting, new_nonce
 from .client import ClientConnection
 from .connection import Connection, Frame
 from .listeners import ClientPort, Listener, MonitorPort
-from .options import ServerOptions
+from .portsfile import PortsFile
 from .sublist import Sublist, Subscription
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class Server:
         self.connect_urls: list[str] = []  # the cluster's client URLs, for clients' INFO
         self.lame_duck = False
         self.monitor: Monitor | None = None  # -m: the HTTP monitoring endpoints
+        self.ports_file = PortsFile(self)  # ports_file_dir (written once ready: node.py)
         self.tls_context: Any = None  # ssl.SSLContext of the client listener with TLS
         self.ws_listener: WebSocketListener | None = None  # `websocket { }` (websocket.py)
         self.client_kind: type[ClientConnection] = ClientConnection  # TCP and WebSocket
@@ -393,7 +395,7 @@ class Server:
         configuration demands of clients does not apply to it. Returns the client's end."""
         if self._stopping or self.loop is None:
             raise ConnectionRefusedError("tidings: the server is not running")
-        conn = self.client_kind(self)
+        conn = ClientConnection(self)  # never the -V traced kind: the process's own traffic
         conn.make_internal()
         near, _ = open_pipe(self.loop, protocol, conn)
         return near
@@ -403,17 +405,22 @@ class Server:
         _add_counts(self.gone, conn)
 
     def message_totals(self) -> dict[str, int]:
-        """in_msgs, in_bytes, out_msgs, out_bytes (and their client-only parts), as /varz."""
+        """in_msgs, in_bytes, out_msgs, out_bytes (and their client-only parts), as /varz:
+        the clients' and the routes' traffic, not the process's own client's (an embedded
+        streaming server's requests and replies are not messages a user sent)."""
         totals = dict(self.gone)
         routes = self.cluster.routes.values() if self.cluster is not None else ()
+        internal = self.internal
         for conn in [*self.clients.values(), *routes]:
-            _add_counts(totals, conn)
+            if conn.cid not in internal or conn.is_route:
+                _add_counts(totals, conn)
         return totals
 
     def unregister(self, client: ClientConnection) -> None:
         if self.clients.pop(client.cid, None) is None:
             return
-        self.retire(client)
+        if client.cid not in self.internal:
+            self.retire(client)
         if self.monitor is not None and client.cid not in self.internal:
             from .monitor import client_item
 

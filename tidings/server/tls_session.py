@@ -29,9 +29,11 @@ import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from ..config.tls import ssl_reason
 from ..protocol import encode
 from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
-from .tls import certificate_identities, ssl_reason
+from .binding import listening_socket
+from .tls import certificate_identities
 
 if TYPE_CHECKING:
     from .client import ClientConnection
@@ -79,21 +81,13 @@ class TLSListener:
         self._handshakes: set[asyncio.Task[None]] = set()
 
     async def start(self, host: str, port: int, backlog: int = 4096) -> TLSListener:
-        loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                       flags=socket.AI_PASSIVE)
-        family, kind, proto, _, address = infos[0]
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(address)
-            sock.listen(backlog)
-            sock.setblocking(False)
-        except OSError:
-            sock.close()
-            raise
+        """Listen on host:port, bound as binding.py binds every port."""
+        return self.serve(await listening_socket(host, port, backlog))
+
+    def serve(self, sock: socket.socket) -> TLSListener:
+        """Accept on `sock`, a listening socket (binding.listening_socket)."""
         self.sockets = [sock]
-        self._accepting = loop.create_task(self._accept(sock))
+        self._accepting = asyncio.get_running_loop().create_task(self._accept(sock))
         return self
 
     def close(self) -> None:

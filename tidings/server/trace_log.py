@@ -84,8 +84,8 @@ def traced_deliver(server: Server) -> Callable[..., bool]:
         if not deliver(pub, sub, frame, plain_frame):
             return False
         client = sub.client
-        if client.is_route:
-            return True
+        if client.is_route or getattr(client, "internal", False):
+            return True  # (the process's own client is not traced, as the reference's)
         if plain_frame is not None and not client.headers:
             frame = plain_frame
         head, tail, big, size = frame

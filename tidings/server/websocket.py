@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from ..config.websocket import WebSocketOptions
 from ..oserrors import StartError
 from . import ws_frames
+from .binding import listener_urls, listening_socket
 from .listeners import Listener
-from .options import WebSocketOptions
 from .ws_frames import BINARY, CLOSE, PONG, Deflater, FrameReader, control_frame
 
 if TYPE_CHECKING:
@@ -501,6 +502,7 @@ class WebSocketListener(Listener):
         self.port = max(options.port, 0)
         self.sessions: set[WebSocketSession] = set()
         self._server: asyncio.Server | None = None
+        self._bound: tuple[Any, ...] = ()  # the listening socket's address
         self.listening = False
 
     def listen_error(self, exc: OSError) -> str:
@@ -534,11 +536,18 @@ class WebSocketListener(Listener):
             ssl_context = server_context(opts.tls)
             timeout = opts.tls.timeout
         loop = asyncio.get_running_loop()
+        sock = await listening_socket(opts.host, self.port)
+        self._bound = sock.getsockname()
         self._server = await loop.create_server(
-            lambda: WebSocketSession(self), opts.host or None, self.port, ssl=ssl_context,
-            ssl_handshake_timeout=timeout, reuse_address=True, backlog=4096)
+            lambda: WebSocketSession(self), sock=sock, ssl=ssl_context,
+            ssl_handshake_timeout=timeout, backlog=4096)
         self.listening = True
-        self.port = self._server.sockets[0].getsockname()[1]
+        self.port = self._bound[1]
+
+    def ports(self) -> dict[str, list[str]]:
+        if self._server is None:
+            return {}
+        return {"websocket": listener_urls(self.scheme, self._bound)}
 
     def close(self) -> None:
         """Stop accepting new WebSocket clients (shutdown, lame duck)."""

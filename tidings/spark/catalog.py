@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from ..client import errors as nats_errors
 from .options import ConnectionOptions, OptionError
-from .planning import subject_matches
+from .planning import channel_pattern_matches
 from .stan import ChannelInfo, ConnectionLost, Probe, StanConnection, StanError
 
 T = TypeVar("T")
@@ -210,4 +210,4 @@ class ChannelCatalog:
             offset += len(batch)
             if not batch or offset >= int(page.get("total", offset)):
                 break
-        return sorted(n for n in set(names) if subject_matches(pattern, n))
+        return sorted(n for n in set(names) if channel_pattern_matches(pattern, n))

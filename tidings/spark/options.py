@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from .planning import subject_matches
+from .planning import channel_pattern_matches
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 DEFAULT_CLUSTER_ID = "test-cluster"
@@ -419,7 +419,7 @@ def _check_offset_channels(offsets: dict[str, int], channels: tuple[str, ...],
                            pattern: str | None) -> None:
     """A channel in startingOffsets that the stream does not read is a mistake."""
     stray = [ch for ch in offsets if ch not in channels
-             and not (pattern and subject_matches(pattern, ch))]
+             and not (pattern and channel_pattern_matches(pattern, ch))]
     if stray:
         among = f"channels ({', '.join(channels) or 'none'})"
         if pattern:

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from ..protocol.subjects import subject_matches
+
 
 @dataclass(frozen=True)
 class SeqRange:
@@ -104,15 +106,11 @@ def merge_offsets(start: dict[str, int], latest: dict[str, int]) -> dict[str, in
     return out
 
 
-def subject_matches(pattern: str, channel: str) -> bool:
-    """A NATS-style pattern (`orders.*`, `orders.>`) or, failing that, a shell glob."""
-    if "*" in pattern.split(".") or pattern.split(".")[-1] == ">":
-        want = pattern.split(".")
-        have = channel.split(".")
-        for i, token in enumerate(want):
-            if token == ">":
-                return len(have) > i
-            if i >= len(have) or (token != "*" and token != have[i]):
-                return False
-        return len(have) == len(want)
+def channel_pattern_matches(pattern: str, channel: str) -> bool:
+    """Whether `channel` matches a channelPattern: a NATS-style pattern (a `*` token or a last
+    `>` token: `orders.*`, `orders.>`), matched as the server matches subjects, or failing
+    that a shell glob (`orders-*`)."""
+    tokens = pattern.split(".")
+    if "*" in tokens or tokens[-1] == ">":
+        return subject_matches(pattern, channel)
     return fnmatchcase(channel, pattern)

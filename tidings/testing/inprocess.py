@@ -123,7 +123,8 @@ class InProcessServer(ServerHandle):
         if core.cluster is not None:
             ports["route"] = core.cluster.port
         if core.monitor is not None:
-            ports["https" if core.monitor.secure else "http"] = core.monitor.port
+            scheme = "http" if core.options.http_port else "https"
+            ports[scheme] = core.monitor.bound[1]
         for listener in core.listeners:
             if type(listener).__name__ == "WebSocketListener":
                 ports["websocket"] = listener.port

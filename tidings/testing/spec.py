@@ -93,11 +93,11 @@ class ServerSpec:
         (for its `streaming { }` block)."""
         from dataclasses import replace
 
-        from ..server.options import ServerOptions, check
+        from ..config.server import ServerOptions, check
 
         base, conf = ServerOptions(), {}
         if path := self.config_path(workdir):
-            from ..server.config import load_server_config
+            from ..config.server import load_server_config
 
             base, conf = load_server_config(path)
         given: dict[str, Any] = {"host": self.host, "port": self.port, **self.extra}

@@ -69,10 +69,10 @@ def test_out_of_range_ports_are_refused(flag: str, value: str) -> None:
 
 
 def test_port_numbers() -> None:
-    from tidings.server.options import port_number
+    from tidings.config.units import flag_port
 
-    assert port_number("4222") == 4222
-    assert port_number("0") == port_number("-1") == 0  # -1: the reference's RANDOM_PORT
+    assert flag_port("4222") == 4222
+    assert flag_port("0") == flag_port("-1") == 0  # -1: the reference's RANDOM_PORT
 
 
 @pytest.mark.parametrize("value", ["0", "-1"])
@@ -210,7 +210,7 @@ def test_the_readme_names_the_flags_as_the_server_takes_them() -> None:
     import re
 
     from tidings.cli import build_parser
-    from tidings.server.options import REFUSED_FLAGS
+    from tidings.config.flags import REFUSED_FLAGS
 
     readme = (Path(__file__).parents[3] / "README.md").read_text()
     start = readme.index("The server's flags are named")

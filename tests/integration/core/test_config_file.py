@@ -264,8 +264,7 @@ def test_no_key_of_the_reference_is_called_unknown(tmp_path: Path) -> None:
     """Each key the reference knows is taken or refused by name, never an "unknown field"
     (which `auth`, no key of the reference, is on both)."""
     from tidings.config import ConfigError, parse
-    from tidings.server.config import apply_server_config
-    from tidings.server.options import ServerOptions
+    from tidings.config.server import ServerOptions, apply_server_config
 
     conf = tmp_path / "all.conf"
     conf.write_text("".join(f"{key}: 1\n" for key in REFERENCE_KEYS) + "auth: 1\n")

@@ -81,9 +81,9 @@ def test_deep_json_from_client_leaves_no_traceback() -> None:
                 assert conn.read_to_eof() == b""
         with connected(server.port) as probe:
             assert probe.barrier() == b""
+        log = server.log()
     finally:
         server.stop()
-    log = server.log()
     assert "Traceback" not in log, log
 
 

@@ -81,6 +81,17 @@ async def test_server_runs_streaming_by_default_with_monitoring(servers):
         await sc.close()
 
 
+async def test_max_bytes_flag_reads_sizes_as_the_reference(servers):
+    """-mb 64k is 64000 bytes: nats-streaming-server reads the flag with the configuration
+    file's parser (`k` a power of 1000, `KB` of 1024)."""
+    srv = start_tidings(extra_args=["-m", "-1", "-mb", "64k"])
+    servers.append(srv)
+    mport = srv.ports["http"]
+    await wait_streaming(srv.url)
+    store = await asyncio.to_thread(get_json, mport, "/streaming/storez")
+    assert store["limits"]["max_bytes"] == 64_000
+
+
 async def test_no_streaming_flag_turns_it_off(servers):
     srv = start_tidings(extra_args=["--no_streaming"])
     servers.append(srv)

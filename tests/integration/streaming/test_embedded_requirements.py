@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import nats
 import nkeys
 import pytest
 
@@ -140,3 +141,34 @@ async def test_embedded_streaming_serves_under_the_requirement(server: Any) -> N
         await sc.close()
     assert proc.poll() is None
     assert "error" not in log.text().lower()
+
+
+@pytest.mark.parametrize("kind", ["tidings", "reference"])
+def test_the_internal_client_is_not_counted_or_traced(kind: str, tmp_path: Path) -> None:
+    """/varz counts what clients sent (nats.py's own suite publishes 100 messages and reads
+    in_msgs 100), and -V traces the clients: the embedded streaming server's own requests
+    and subscriptions are neither, as the reference's internal clients are not."""
+    import json
+    import urllib.request
+
+    from tests.harness import start_server_process
+
+    server = start_server_process(kind, "-a", "127.0.0.1", "-p", "-1", "-m", "-1", "-V",
+                                  streaming=True)
+    port, http = server.ports["client"], server.ports["http"]
+    try:
+
+        async def publish() -> None:
+            nc = await nats.connect(f"nats://127.0.0.1:{port}")
+            for i in range(100):
+                await nc.publish("counted", b"%d" % i)
+            await nc.flush()
+            await nc.close()
+
+        asyncio.run(publish())
+        with urllib.request.urlopen(f"http://127.0.0.1:{http}/varz", timeout=10) as r:
+            varz = json.loads(r.read())
+        assert (varz["in_msgs"], varz["out_msgs"]) == (100, 0), kind
+        assert "_STAN" not in server.text()
+    finally:
+        server.stop()

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 from tests.harness import eventually
 from tidings.config import parse as parse_config
-from tidings.streaming.server.options import (
-    StreamingOptions,
-    apply_config,
-    parse_duration,
-    parse_size,
-)
+from tidings.streaming.server.options import StreamingOptions, apply_config
 from tidings.streaming.stores import ChannelLimits, StoreLimits
 
 from .conftest import Inbox
@@ -122,9 +117,17 @@ def test_config_file_reference_syntax():
     assert as_json.limits.max_msgs == 7 and as_json.limits.for_channel("a").max_msgs == 2
 
 
-def test_durations_and_sizes():
-    assert parse_duration("1h30m") == 5400.0
-    assert parse_duration("250ms") == 0.25
-    assert parse_duration("2.5") == 2.5
-    assert parse_size("1KB") == 1024 and parse_size("2GiB") == 2 << 30
-    assert parse_size("100") == 100
+
+def test_an_exact_channel_name_wins_then_the_first_matching_pattern():
+    wide, exact, narrow = (ChannelLimits(max_msgs=n) for n in (1, 2, 3))
+    limits = StoreLimits(max_msgs=9, channels={"orders.>": wide, "orders.eu": exact,
+                                               "orders.*": narrow, "logs": narrow})
+    assert limits.for_channel("orders.eu").max_msgs == 2  # exact, though "orders.>" is first
+    assert limits.for_channel("orders.us").max_msgs == 1  # "orders.>" is before "orders.*"
+    assert limits.for_channel("orders.us.x").max_msgs == 1
+    assert limits.for_channel("orders").max_msgs == 9
+    assert limits.for_channel("logs.x").max_msgs == 9  # a plain name is not a prefix
+    opts = StreamingOptions(max_inactivity=5.0, channel_inactivity={
+        "a.*": 1.0, "a.b": 2.0, "a.>": 3.0})
+    assert [opts.inactivity_for(ch) for ch in ("a.b", "a.c", "a.b.c", "a", "b")] == [
+        2.0, 1.0, 3.0, 5.0, 5.0]

@@ -324,7 +324,9 @@ def test_recovery_stops_on_valid_records_after_a_torn_one_unless_told_to_truncat
     assert refused.returncode != 0
     assert f"{seg}: corrupt record at offset {last} followed by valid records" in refused.stderr
     assert "Traceback" not in refused.stderr
-    srv = start_tidings(extra_args=cmd[8:] + ["--file_truncate_bad_eof", "true"])
+    # The store is recovered (and truncated) when the streaming server starts, after the
+    # client port answers: start_tidings returns once streaming is ready.
+    srv = start_tidings(extra_args=[*cmd[8:], "--file_truncate_bad_eof", "true"])
     srv.stop()
     with FileStore(data) as store:
         assert store.first_last("foo") == (1, 4)

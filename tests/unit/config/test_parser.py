@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.config_layouts import ACCEPTED, REFUSED
-from tidings.config import ConfigError, load, parse, parse_duration, parse_size
+from tidings.config import ConfigError, load, parse
 
 CORPUS = [
     ("port: 4222\nhost = 127.0.0.1\nserver_name nats1 # comment\n// another\n"
@@ -128,15 +128,6 @@ def test_malformed_files_say_where(text: str, error: str) -> None:
     with pytest.raises(ConfigError) as exc:
         parse(text)
     assert error in str(exc.value)
-
-
-def test_units() -> None:
-    assert parse_duration("1h30m") == 5400.0 and parse_duration("500ms") == 0.5
-    assert parse_duration(30) == 30.0 and parse_duration("2.5") == 2.5
-    assert parse_size("64KB") == 65536 and parse_size(7) == 7 and parse_size("1k") == 1000
-    for bad in ("2x", "", True):
-        with pytest.raises(ValueError):
-            parse_duration(bad)
 
 
 @settings(max_examples=300, deadline=None, database=None)

@@ -1,9 +1,13 @@
 """Subject validation and wildcard matching tables (the seeds' examples and the reference's
-rules)."""
+rules), and the one matcher against a model on generated subjects and patterns."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tidings.protocol.subjects import (
     has_wildcard,
@@ -106,6 +110,46 @@ MATCHES = [
     ("FOO", "foo", False),  # case-sensitive
     ("foo*.bar", "foo*.bar", True),
     ("foo*.bar", "fooX.bar", False),
+    ("foo>", "foo>", True),  # `>` inside a token is an ordinary character
+    ("foo>", "foo.bar", False),
+    # Glob characters are ordinary characters.
+    ("?", "a", False),
+    ("[a]", "a", False),
+    ("a?", "a?", True),
+    # Empty tokens (invalid subjects, but the permission and limit lists may hold them): a `*`
+    # matches an empty token too, and a `>` any one or more tokens, empty or not.
+    ("a..b", "a..b", True),
+    ("a.*.b", "a..b", True),
+    ("*", "", True),
+    (">", "", True),
+    ("a.>", "a.", True),
+    ("a.*", "a.", True),
+    ("", "", True),
+    ("", "a", False),
+    # Only the first `>` counts: the match ends there, whatever follows in the pattern.
+    ("a.>.b", "a.x", True),
+    ("a.>.b", "a.x.y.z", True),
+    ("a.>.b", "a", False),
+    (">.a", "x.y", True),
+    # A subject with wildcards (the permission check of a SUB): its `*` and `>` are plain
+    # tokens, which only a wildcard of the pattern matches.
+    ("foo.*", "foo.*", True),
+    ("foo.>", "foo.*", True),
+    ("foo.>", "foo.>", True),
+    (">", "foo.>", True),
+    ("foo.*", "foo.>", True),
+    ("foo.bar", "foo.*", False),
+    ("foo.*", "foo.*.bar", False),
+    # Queue names matched against a permission's queue entry.
+    ("workers", "workers", True),
+    ("workers.*", "workers.v1", True),
+    ("workers", "workers.v1", False),
+    # Channel names against the streaming limits' and Spark's channel patterns.
+    ("orders.*", "orders.eu", True),
+    ("orders.*", "orders.eu.x", False),
+    ("orders.>", "orders.eu.x", True),
+    ("orders", "orders.eu", False),
+    ("caf\u00e9.*", "caf\u00e9.\u2603", True),
 ]
 
 
@@ -113,3 +157,35 @@ MATCHES = [
 def test_matching(pattern: str, subject: str, matches: bool) -> None:
     assert subject_matches(pattern, subject) is matches
     assert subject_matches(pattern.encode(), subject.encode()) is matches
+
+
+def _model(pattern: str) -> re.Pattern[str]:
+    """The matching rules as a regular expression, written from the module docstring: a `*`
+    token is any one token, a `>` token any rest of one or more tokens (and ends the pattern)."""
+    parts: list[str] = []
+    for tok in pattern.split("."):
+        if tok == ">":
+            parts.append(".*")  # one or more tokens: any text after the separator
+            break
+        parts.append("[^.]*" if tok == "*" else re.escape(tok))
+    return re.compile(r"\.".join(parts), re.DOTALL)
+
+
+TOKENS = ["a", "b", "ab", "*", ">", "a*", ">b", "", "?", "[a]", " ", "\u00e9"]
+names = st.lists(st.sampled_from(TOKENS), min_size=1, max_size=6).map(".".join)
+
+
+@settings(max_examples=3000, deadline=None, database=None)
+@given(pattern=names, subject=names)
+def test_matching_follows_the_model(pattern: str, subject: str) -> None:
+    want = _model(pattern).fullmatch(subject) is not None
+    assert subject_matches(pattern, subject) is want
+    assert subject_matches(pattern.encode(), subject.encode()) is want
+    assert subject_matches(pattern, subject.encode()) is want
+    assert subject_matches(pattern.encode(), subject) is want
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@given(pattern=names)
+def test_a_pattern_matches_itself(pattern: str) -> None:
+    assert subject_matches(pattern, pattern)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -50,11 +51,17 @@ class Opened:
 
     def end_sessions(self) -> None:
         """End the store's sessions as an administrator (or a failover) does."""
+        sessions = ("FROM pg_stat_activity "
+                    "WHERE application_name LIKE 'tidings streaming pid %%'")
         with self.admin() as conn:
-            ended = conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name LIKE 'tidings streaming pid %%'").fetchall()
-        assert ended, "no store session to end"
+            ended = conn.execute(f"SELECT pg_terminate_backend(pid) {sessions}").fetchall()
+            assert ended, "no store session to end"
+            # pg_terminate_backend only signals the backend: its session (and the advisory
+            # lock it holds) ends when that process has gone, which PostgreSQL tells no one.
+            deadline = time.monotonic() + 10
+            while conn.execute(f"SELECT count(*) {sessions}").fetchone()[0]:
+                assert time.monotonic() < deadline, "the store's sessions did not end"
+                time.sleep(0.01)
 
     def close(self) -> None:
         for store in self.stores:

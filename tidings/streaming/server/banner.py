@@ -70,12 +70,10 @@ def log_banner(opts: StreamingOptions, monitoring: str) -> None:
     log.info("  Monitoring:    %s", monitoring)
 
 
-def log_embedded_banner(opts: StreamingOptions, core: Any, monitor_port: int = 0) -> None:
-    """The banner of the streaming server embedded in a core server whose options are
-    `core` (a ServerOptions): it is monitored on the core's -m (or -ms) port, the one its
-    monitor got (`monitor_port`) when that was -1."""
-    if core.https_port and not core.http_port:
-        where = monitoring_url("https", core.host, monitor_port or core.https_port)
-    else:
-        where = monitoring_url("http", core.host, monitor_port or core.http_port)
-    log_banner(opts, where)
+def log_embedded_banner(opts: StreamingOptions, core: Any) -> None:
+    """The banner of the streaming server embedded in `core` (a Server, listening): it is
+    monitored on the core's -m (or -ms) port, the one it listens on (-1: the port picked)."""
+    copts, monitor = core.options, core.monitor
+    port = monitor.bound[1] if monitor is not None else 0
+    scheme = "https" if copts.https_port and not copts.http_port else "http"
+    log_banner(opts, monitoring_url(scheme, copts.http_host or copts.host, port))

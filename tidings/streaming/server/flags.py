@@ -2,52 +2,22 @@
 
 Kept apart from the options (options.py) and light to import: `tidings server` defines
 these flags at every start, also with --no_streaming, and should not load the stores for it.
+Their units are tidings.config.units' flag grammars: --max_bytes a size as the configuration
+file writes it (as the reference's getBytes reads it: `1k` 1000, `1KB` 1024), the durations
+Go's (and seconds, days), booleans Go's words (and yes/no, on/off).
 """
 
 from __future__ import annotations
 
-import argparse
-import re
 from typing import Any
 
-from ...config import parse_duration
-from ...server.options import monitor_port_number
+from ...config.units import flag_bool, flag_duration, flag_monitor_port, flag_size
 from .. import defaults
 
 DEFAULT_CLUSTER_ID = "test-cluster"
 STORE_TYPES = ("memory", "file", "sql")
 SQL_DRIVERS = ("sqlite", "postgres")
 SYNC_POLICIES = ("batch", "interval", "never")
-
-
-# --- durations and sizes ---------------------------------------------------------------
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
-
-
-def parse_size(value: str | int | float) -> int:
-    """Bytes from "1024", "10MB", "1GiB" (K/M/G/T are powers of 1024, as the reference)."""
-    if isinstance(value, int | float):
-        return int(value)
-    if value.strip().startswith("-"):
-        return -parse_size(value.strip()[1:])
-    m = _SIZE.match(value)
-    if m is None:
-        raise ValueError(f"invalid size {value!r}")
-    unit = (m.group(2) or "b").lower()[0]
-    mult = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[unit]
-    return int(float(m.group(1)) * mult)
-
-
-def parse_bool(value: str | bool) -> bool:
-    if isinstance(value, bool):
-        return value
-    low = value.strip().lower()
-    if low in ("1", "true", "yes", "on", "y", "t"):
-        return True
-    if low in ("0", "false", "no", "off", "n", "f"):
-        return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {value!r}")
 
 
 def add_streaming_arguments(group: Any, standalone: bool = False) -> None:
@@ -66,27 +36,27 @@ def add_streaming_arguments(group: Any, standalone: bool = False) -> None:
         help=f"max subscriptions per channel, 0 for unlimited (default {defaults.MAX_SUBS})")
     add("-mm", "--max_msgs", type=int, default=None,
         help=f"max messages per channel, 0 for unlimited (default {defaults.MAX_MSGS})")
-    add("-mb", "--max_bytes", type=parse_size, default=None,
+    add("-mb", "--max_bytes", type=flag_size, default=None,
         help=f"max bytes per channel, 0 for unlimited (default {defaults.MAX_BYTES})")
-    add("-ma", "--max_age", type=parse_duration, default=None,
+    add("-ma", "--max_age", type=flag_duration, default=None,
         help="max age of messages, e.g. 24h; 0 for unlimited (default 0)")
-    add("-mi", "--max_inactivity", type=parse_duration, default=None,
+    add("-mi", "--max_inactivity", type=flag_duration, default=None,
         help="delete a channel without subscriptions or new messages after this; 0 = never")
-    add("-hbi", "--hb_interval", type=parse_duration, default=None,
+    add("-hbi", "--hb_interval", type=flag_duration, default=None,
         help="interval of heartbeats to clients (default 30s)")
-    add("-hbt", "--hb_timeout", type=parse_duration, default=None,
+    add("-hbt", "--hb_timeout", type=flag_duration, default=None,
         help="how long to wait for a heartbeat reply (default 10s)")
     add("-hbf", "--hb_fail_count", type=int, default=None,
         help="failed heartbeats before a client is closed (default 10)")
-    add("--file_sync", type=parse_bool, default=None, metavar="BOOL",
+    add("--file_sync", type=flag_bool, default=None, metavar="BOOL",
         help="fsync the file store before PubAcks (default true)")
     add("--sync_policy", choices=SYNC_POLICIES, default=None,
         help="file/sql store durability: batch (fsync per group commit, default), "
              "interval (at most every --sync_interval) or never")
-    add("--file_truncate_bad_eof", type=parse_bool, default=None, metavar="BOOL",
+    add("--file_truncate_bad_eof", type=flag_bool, default=None, metavar="BOOL",
         help="file store recovery: truncate a file at a damaged record even when valid "
              "records follow it (they are lost); by default the server stops")
-    add("--sync_interval", type=parse_duration, default=None,
+    add("--sync_interval", type=flag_duration, default=None,
         help="seconds between fsyncs under --sync_policy interval (default 1s)")
     add("--sql_driver", type=str.lower, choices=SQL_DRIVERS, default=None,
         help="sql store: sqlite or postgres (default sqlite)")
@@ -101,7 +71,7 @@ def add_streaming_arguments(group: Any, standalone: bool = False) -> None:
         add("--user", default="", help="user for the NATS server")
         add("--pass", dest="password", default="", help="password for the NATS server")
         add("--auth", dest="token", default="", help="token for the NATS server")
-        add("-m", "--http_port", type=monitor_port_number, default=0,
+        add("-m", "--http_port", type=flag_monitor_port, default=0,
             help="HTTP port for the /streaming monitoring endpoints (default off; -1: any "
                  "free port)")
         add("--http_host", default="0.0.0.0", help="HTTP host for monitoring")

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ... import config
-from ...config import parse_duration
+from ...config.units import file_duration, file_size, flag_bool
 from ...oserrors import about
+from ...protocol.subjects import subject_matches
 from ..stores import ChannelLimits, StoreError, StoreLimits
 from .flags import (  # noqa: F401  (the flags' names, also known from here)
     DEFAULT_CLUSTER_ID,
@@ -26,9 +27,7 @@ from .flags import (  # noqa: F401  (the flags' names, also known from here)
     STORE_TYPES,
     SYNC_POLICIES,
     add_streaming_arguments,
-    parse_size,
 )
-from .flags import parse_bool as _bool
 
 DEFAULT_DISCOVER_PREFIX = "_STAN.discover"
 DEFAULT_PUB_PREFIX = "_STAN.pub"
@@ -73,14 +72,17 @@ class StreamingOptions:
 
     def inactivity_for(self, channel: str) -> float:
         """Max inactivity of a channel (seconds, 0 = never deleted)."""
-        from ..stores.base import _matches
-
         if channel in self.channel_inactivity:
             return self.channel_inactivity[channel]
         for pattern, value in self.channel_inactivity.items():
-            if _matches(pattern, channel):
+            if subject_matches(pattern, channel):
                 return value
         return self.max_inactivity
+
+
+def _bool(value: Any) -> bool:
+    """A boolean of the file: the parser's, or a flag's word in a string ("true", "1")."""
+    return value if isinstance(value, bool) else flag_bool(str(value))
 
 
 def _channel_limits(d: dict[str, Any]) -> tuple[ChannelLimits, float | None]:
@@ -97,11 +99,11 @@ def _channel_limits(d: dict[str, Any]) -> tuple[ChannelLimits, float | None]:
 
     limits = ChannelLimits(
         max_msgs=pick("max_msgs", "max_messages"),
-        max_bytes=pick("max_bytes", conv=parse_size),
-        max_age=pick("max_age", conv=parse_duration),
+        max_bytes=pick("max_bytes", conv=file_size),
+        max_age=pick("max_age", conv=file_duration),
         max_subs=pick("max_subs", "max_subscriptions"),
     )
-    inactivity = pick("max_inactivity", conv=parse_duration)
+    inactivity = pick("max_inactivity", conv=file_duration)
     return limits, inactivity
 
 
@@ -122,9 +124,9 @@ def apply_config(opts: StreamingOptions, conf: dict[str, Any]) -> StreamingOptio
         if key in conf:
             o.dir = str(conf[key])
     if "hb_interval" in conf:
-        o.hb_interval = parse_duration(conf["hb_interval"])
+        o.hb_interval = file_duration(conf["hb_interval"])
     if "hb_timeout" in conf:
-        o.hb_timeout = parse_duration(conf["hb_timeout"])
+        o.hb_timeout = file_duration(conf["hb_timeout"])
     if "hb_fail_count" in conf:
         o.hb_fail_count = int(conf["hb_fail_count"])
     for key in ("ft_group", "ft_group_name"):
@@ -151,14 +153,14 @@ def apply_config(opts: StreamingOptions, conf: dict[str, Any]) -> StreamingOptio
         if "max_msgs" in lim:
             changes["max_msgs"] = int(lim["max_msgs"])
         if "max_bytes" in lim:
-            changes["max_bytes"] = parse_size(lim["max_bytes"])
+            changes["max_bytes"] = file_size(lim["max_bytes"])
         if "max_age" in lim:
-            changes["max_age"] = parse_duration(lim["max_age"])
+            changes["max_age"] = file_duration(lim["max_age"])
         for key in ("max_subs", "max_subscriptions"):
             if key in lim:
                 changes["max_subs"] = int(lim[key])
         if "max_inactivity" in lim:
-            o.max_inactivity = parse_duration(lim["max_inactivity"])
+            o.max_inactivity = file_duration(lim["max_inactivity"])
         chans = lim.get("channels")
         if isinstance(chans, dict):
             per: dict[str, ChannelLimits] = dict(base.channels)

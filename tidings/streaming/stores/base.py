@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from ...protocol.subjects import subject_matches
 from .. import defaults
 
 __all__ = [
@@ -192,7 +193,7 @@ class StoreLimits:
         over = self.channels.get(name)
         if over is None:
             for pattern, candidate in self.channels.items():
-                if _matches(pattern, name):
+                if subject_matches(pattern, name):
                     over = candidate
                     break
         if over is None:
@@ -207,18 +208,6 @@ class StoreLimits:
             max_age_ns=int(pick(over.max_age, self.max_age) * NANOS),
             max_subs=int(pick(over.max_subs, self.max_subs)),
         )
-
-
-def _matches(pattern: str, name: str) -> bool:
-    if "*" not in pattern and ">" not in pattern:
-        return False
-    ptoks, ntoks = pattern.split("."), name.split(".")
-    for i, tok in enumerate(ptoks):
-        if tok == ">":
-            return len(ntoks) > i
-        if i >= len(ntoks) or (tok != "*" and tok != ntoks[i]):
-            return False
-    return len(ptoks) == len(ntoks)
 
 
 def now_ns() -> int:

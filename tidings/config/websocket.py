@@ -8,12 +8,40 @@ picks a free port; without `no_tls: true` the block needs `tls { }`.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ..config import ConfigError, Section, parse_duration
-from .options import ServerOptions, TLSOptions, WebSocketOptions
+from .auth import check_no_auth_user
+from .parser import ConfigError, Section
+from .tls import TLSOptions, parse_tls_block
+from .units import file_duration
+
+if TYPE_CHECKING:
+    from .server import ServerOptions
+
+
+@dataclass
+class WebSocketOptions:
+    """A `websocket { }` block, as nats-server's keys."""
+
+    host: str = "0.0.0.0"
+    port: int = 0
+    advertise: str = ""
+    no_tls: bool = False
+    tls: TLSOptions | None = None
+    compression: bool = False
+    same_origin: bool = False
+    allowed_origins: list[str] = field(default_factory=list)
+    handshake_timeout: float = 2.0
+    # Its own `authorization { user, password, token, timeout }` and no_auth_user, which
+    # take the place of the server's for WebSocket clients when set.
+    user: str = ""
+    password: str = ""
+    token: str = ""
+    auth_timeout: float = 0.0
+    no_auth_user: str = ""
+
 
 # Keys of the reference's block that tidings does not have.
 _UNSUPPORTED = ("jwt_cookie", "user_cookie", "pass_cookie", "token_cookie", "headers",
@@ -47,7 +75,7 @@ def _handshake_timeout(value: Any) -> float:
         return float(value)
     if isinstance(value, str):
         try:
-            return parse_duration(value)
+            return file_duration(value)
         except ValueError:
             raise ValueError(f'time: invalid duration "{value}"') from None
     kind = {bool: "bool", float: "float64"}.get(type(value), type(value).__name__)
@@ -55,9 +83,7 @@ def _handshake_timeout(value: Any) -> float:
 
 
 def _tls_block(value: Any) -> TLSOptions:
-    """`tls { }`, read by tls.py as the client listener's is."""
-    from .tls import parse_tls_block
-
+    """`tls { }`, read as the client listener's is."""
     return parse_tls_block(value)
 
 
@@ -128,11 +154,6 @@ def parse_websocket(value: Any) -> WebSocketOptions | None:
     return ws
 
 
-def handle_websocket(changes: dict[str, Any], value: Any) -> None:
-    """config.py's handler of the `websocket` (`ws`) key."""
-    changes["websocket"] = parse_websocket(value)
-
-
 def _origin_error(origin: str) -> str | None:
     """Why `origin` is no allowed origin, in the words of the reference (Go's url package)."""
     if not _SCHEME.match(origin) and not origin.startswith("/"):
@@ -164,12 +185,7 @@ def check_websocket(options: ServerOptions) -> None:
         if why:
             raise ValueError(why)
     if ws.no_auth_user:
-        try:
-            from .auth_config import check_no_auth_user
-        except ImportError:
-            pass
-        else:
-            check_no_auth_user(replace(options.auth, no_auth_user=ws.no_auth_user))
+        check_no_auth_user(replace(options.auth, no_auth_user=ws.no_auth_user))
     if options.auth.users:
         if ws.user:
             raise ValueError("websocket authentication username not compatible with "

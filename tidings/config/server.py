@@ -1,24 +1,159 @@
-"""The core server's part of a nats-server configuration file: its keys, by the reference's
-names, onto ServerOptions. (The file format itself is tidings.config's.)
+"""The core server's options: ServerOptions (the reference nats-server's defaults), the keys
+of a configuration file onto them, by the reference's names, and the checks of the whole
+(`check`). The command line is config/flags.py's; the blocks of their own are auth.py's,
+tls.py's and websocket.py's. (The file format itself is parser.py's.)
 
 A key the reference does not know is refused as it refuses it (`unknown field "x"`); a key
 the reference has and tidings does not (jetstream, leafnodes, ...) is refused with a
 message that names it, never ignored. Every alias the reference has is taken (`net` for
 `host`, `monitor_port` for `http_port`, `max_conn`, `logfile`, `pidfile`, `ws`, ...).
+A monitor port of -1 (`http: "127.0.0.1:-1"`) is any free port, as a client port of -1 is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote, urlsplit
 
-from ..config import ConfigError, Section, load, parse_duration, parse_size
-from .auth_config import parse_authorization
-from .auth_options import AuthOptions
-from .options import ServerOptions, check
-from .websocket_config import handle_websocket
+from ..protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD
+from .auth import AuthOptions, check_no_auth_user, parse_authorization
+from .parser import ConfigError, Section, load
+from .units import file_bool, file_duration, file_monitor_port, file_port, file_size
 
+# tls.py and websocket.py are imported where a block of theirs is read or checked: a
+# server without TLS or WebSocket does not load them at start.
+if TYPE_CHECKING:
+    from .tls import TLSOptions
+    from .websocket import WebSocketOptions
+
+# As the reference's MAX_PAYLOAD_MAX_SIZE.
+MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024
+
+
+@dataclass
+class ServerOptions:
+    """What the core server runs with; the defaults are the reference nats-server's."""
+
+    host: str = "0.0.0.0"
+    port: int = 4222
+    name: str = ""
+    http_host: str = ""  # the monitor's address (`http: HOST:PORT`); "": the client host
+    http_port: int = 0  # 0: no monitor; -1: on any free port (so is https_port)
+    max_payload: int = MAX_PAYLOAD
+    max_control_line: int = MAX_CONTROL_LINE
+    max_connections: int = 64 * 1024
+    max_pending: int = 64 * 1024 * 1024
+    ping_interval: float = 120.0
+    ping_max: int = 2
+    auth_timeout: float = 2.0
+    write_deadline: float = 10.0
+    user: str = ""
+    password: str = ""
+    token: str = ""
+    no_log: bool = False
+    debug: bool = False
+    trace: bool = False
+    lame_duck_duration: float = 120.0  # lame duck mode: clients closed over this long
+    lame_duck_grace_period: float = 10.0  # ... after waiting this long first
+    logtime: bool = True
+    log_file: str = ""
+    log_size_limit: int = 0  # bytes; the log file is started anew past it (0: never)
+    pid_file: str = ""
+    # Where the ports file (`<exe>_<pid>.ports`, the URLs of every listener) is written once
+    # the server is ready, as the reference's ports_file_dir; "": none.
+    ports_file_dir: str = ""
+    tags: list[str] = field(default_factory=list)  # server_tags (/varz tags)
+    # Clustering, as nats-server's flags: the route listener URL, seed routes, the name.
+    cluster: str = ""
+    routes: list[str] = field(default_factory=list)
+    cluster_name: str = ""
+    no_advertise: bool = False
+    cluster_advertise: str = ""
+    client_advertise: str = ""  # host:port clients are told to use (INFO, connect_urls)
+    # Security and transports (issue 12): users and permissions, TLS, WebSocket.
+    auth: AuthOptions = field(default_factory=AuthOptions)
+    tls: TLSOptions | None = None
+    allow_non_tls: bool = False  # with tls: plain clients too, on the same port
+    https_port: int = 0
+    cluster_tls: TLSOptions | None = None
+    websocket: WebSocketOptions | None = None
+
+    @property
+    def auth_required(self) -> bool:
+        return bool(self.user or self.token or self.auth.configured)
+
+
+# -- route URLs ----------------------------------------------------------------------------
+class RouteURL:
+    """A route URL: nats://[user:pass@]host:port (nats-route:// too). `text` holds its
+    credentials: anything shown (logs, errors, monitoring) shows `redacted` or `hostport`."""
+
+    def __init__(self, text: str) -> None:
+        from ..redact import redact_url
+
+        shown = redact_url(text)
+        try:
+            parts = urlsplit(text if "://" in text else "nats://" + text)
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"route URL {shown!r}: not a URL with a host and port") from None
+        if parts.scheme not in ("nats", "nats-route", "route"):
+            raise ValueError(f"route URL {shown!r}: unknown scheme {parts.scheme!r}")
+        if not parts.hostname or port is None:
+            raise ValueError(f"route URL {shown!r}: host and port required")
+        self.text = text
+        self.redacted = shown
+        self.host = parts.hostname
+        self.port = port
+        # Percent-decoded, as Go's url.Parse gives them (credentials() encodes them).
+        self.user = unquote(parts.username or "")
+        self.password = unquote(parts.password or "")
+
+    @property
+    def hostport(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @staticmethod
+    def with_credentials(user: str, password: str, hostport: str) -> str:
+        """nats://user:password@hostport, any character of either percent-encoded."""
+        if not user:
+            return f"nats://{hostport}"
+        return f"nats://{quote(user, safe='')}:{quote(password, safe='')}@{hostport}"
+
+
+# -- the checks of the whole ------------------------------------------------------------------
+def check(options: ServerOptions) -> None:
+    """Raise ValueError for a combination of options the reference refuses."""
+    if options.cluster:
+        RouteURL(options.cluster)  # ValueError with the reason when unusable
+    elif options.routes:
+        raise ValueError("solicited routes require cluster capabilities, e.g. --cluster")
+    if options.max_payload > MAX_PAYLOAD_LIMIT:
+        raise ValueError(f"max_payload ({options.max_payload}) cannot exceed "
+                         f"{MAX_PAYLOAD_LIMIT} bytes (64MB)")
+    if options.max_payload <= 0:
+        raise ValueError(f"max_payload ({options.max_payload}) must be above 0")
+    if options.lame_duck_duration < 30:
+        raise ValueError(f"invalid lame_duck_duration of {options.lame_duck_duration:g}s, "
+                         "minimum is 30 seconds")
+    check_no_auth_user(options.auth)
+    if options.https_port and options.http_port:
+        raise ValueError(f"can't specify both HTTP ({options.http_port}) and HTTPs "
+                         f"({options.https_port}) ports")
+    if options.https_port and options.tls is None:
+        raise ValueError("Can't start monitoring: TLS cert and key required for HTTPS")
+    if options.max_payload > options.max_pending:
+        raise ValueError(f"max_payload ({options.max_payload}) cannot be higher than "
+                         f"max_pending ({options.max_pending})")
+    if options.websocket is not None:
+        from .websocket import check_websocket
+
+        check_websocket(options)
+
+
+# -- the configuration file ----------------------------------------------------------------
 _JWT = "operator mode (JWT) is not supported"
 _ACCOUNTS = "accounts are not supported (tidings has the global account only)"
 _JETSTREAM = "JetStream is not supported (tidings has NATS Streaming)"
@@ -62,7 +197,6 @@ UNSUPPORTED = {
     "disable_sublist_cache": "turning the subscription cache off is not supported",
     "no_sublist_cache": "turning the subscription cache off is not supported",
     "http_base_path": "a base path for the monitoring endpoints is not supported",
-    "ports_file_dir": "a ports file is not supported",
     "prof_port": "the Go profiler is not supported",
     "prof_block_rate": "the Go profiler is not supported",
     "proxy_protocol": "the PROXY protocol is not supported",
@@ -75,7 +209,6 @@ UNSUPPORTED = {
     "no_header_support": "turning headers off is not supported",
     "connect_error_reports": "connect error report intervals are not supported",
     "reconnect_error_reports": "connect error report intervals are not supported",
-    "server_tags": "server tags are not supported",
     "server_metadata": "server metadata is not supported",
     "feature_flags": "feature flags are not supported",
     "no_fast_producer_stall": "fast producer stalls are not supported",
@@ -133,37 +266,14 @@ def _int(value: Any) -> int:
     return value
 
 
-def _size(value: Any) -> int:
-    return parse_size(value)
-
-
 def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {value!r}")
     return value
 
 
-def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"expected a boolean, got {value!r}")
-    return value
-
-
-def _port(value: Any) -> int:
-    port = _int(value)
-    if not -1 <= port <= 65535:
-        raise ValueError(f"port {port} out of range 0-65535")
-    return max(port, 0)
-
-
-def _monitor_port(value: Any) -> int:
-    """A monitoring port: as `_port`, but -1 (any free port) is kept, 0 being off."""
-    port = _int(value)
-    return -1 if port == -1 else _port(port)
-
-
 def _host_port(text: Any, default_host: str = "0.0.0.0",
-               port_of: Callable[[Any], int] = _port) -> tuple[str, int]:
+               port_of: Callable[[Any], int] = file_port) -> tuple[str, int]:
     text = str(text)
     host, sep, port = text.rpartition(":")
     if not sep or not port.lstrip("-").isdigit():
@@ -183,13 +293,34 @@ def _monitor(port_field: str) -> Handler:
 
     def handle(changes: dict[str, Any], value: Any) -> None:
         if isinstance(value, int) and not isinstance(value, bool):
-            changes[port_field] = _monitor_port(value)
+            changes[port_field] = file_monitor_port(value)
             return
-        host, changes[port_field] = _host_port(value, "", _monitor_port)
+        host, changes[port_field] = _host_port(value, "", file_monitor_port)
         if host:
             changes["http_host"] = host
 
     return handle
+
+
+def _tags(value: Any) -> list[str]:
+    """server_tags: a string or a list of strings; kept as the reference keeps them (lower
+    case, trimmed, each once, none empty)."""
+    if isinstance(value, str):
+        words = [value]
+    elif isinstance(value, list):
+        words = value
+        for word in words:
+            if not isinstance(word, str):
+                raise ValueError(f"error parsing tags: unsupported type {type(word).__name__} "
+                                 "where string is expected")
+    else:
+        raise ValueError(f"error parsing tags: unsupported type {type(value).__name__}")
+    tags: list[str] = []
+    for word in words:
+        tag = word.strip().lower()
+        if tag and tag not in tags:
+            tags.append(tag)
+    return tags
 
 
 def _tls(changes: dict[str, Any], value: Any) -> None:
@@ -222,14 +353,14 @@ def _cluster(changes: dict[str, Any], value: Any) -> None:
         elif name in ("host", "net"):
             host = _str(item)
         elif name == "port":
-            port = _port(item)
+            port = file_port(item)
         elif name == "name":
             changes["cluster_name"] = _str(item)
         elif name == "routes":
             items = item if isinstance(item, list) else [item]
             changes["routes"] = [_str(r) for r in items]
         elif name == "no_advertise":
-            changes["no_advertise"] = _bool(item)
+            changes["no_advertise"] = file_bool(item)
         elif name in ("cluster_advertise", "advertise"):
             changes["cluster_advertise"] = _str(item)
         elif name == "authorization":
@@ -252,49 +383,55 @@ def _cluster(changes: dict[str, Any], value: Any) -> None:
             raise _nested(value, key, f'unknown field "{key}"')
     if port is None:
         raise ValueError("a listen address or port is required")
-    from ..cluster.cluster import RouteURL
-
     changes["cluster"] = RouteURL.with_credentials(user, password, f"{host}:{port}")
+
+
+def _websocket(changes: dict[str, Any], value: Any) -> None:
+    from .websocket import parse_websocket
+
+    changes["websocket"] = parse_websocket(value)
 
 
 _KEYS: dict[str, Handler] = {
     "listen": _listen,
     "host": _to("host", _str),
     "net": _to("host", _str),
-    "port": _to("port", _port),
+    "port": _to("port", file_port),
     "server_name": _to("name", _str),
     "client_advertise": _to("client_advertise", _str),
     "http": _monitor("http_port"),
-    "http_port": _to("http_port", _monitor_port),
+    "http_port": _to("http_port", file_monitor_port),
     "https": _monitor("https_port"),
-    "https_port": _to("https_port", _monitor_port),
+    "https_port": _to("https_port", file_monitor_port),
     "tls": _tls,
-    "allow_non_tls": _to("allow_non_tls", _bool),
-    "monitor_port": _to("http_port", _monitor_port),
-    "max_payload": _to("max_payload", _size),
-    "max_control_line": _to("max_control_line", _size),
-    "max_pending": _to("max_pending", _size),
+    "allow_non_tls": _to("allow_non_tls", file_bool),
+    "monitor_port": _to("http_port", file_monitor_port),
+    "max_payload": _to("max_payload", file_size),
+    "max_control_line": _to("max_control_line", file_size),
+    "max_pending": _to("max_pending", file_size),
     "max_connections": _to("max_connections", _int),
     "max_conn": _to("max_connections", _int),
-    "ping_interval": _to("ping_interval", parse_duration),
+    "ping_interval": _to("ping_interval", file_duration),
     "ping_max": _to("ping_max", _int),
-    "write_deadline": _to("write_deadline", parse_duration),
-    "lame_duck_duration": _to("lame_duck_duration", parse_duration),
-    "lame_duck_grace_period": _to("lame_duck_grace_period", parse_duration),
+    "write_deadline": _to("write_deadline", file_duration),
+    "lame_duck_duration": _to("lame_duck_duration", file_duration),
+    "lame_duck_grace_period": _to("lame_duck_grace_period", file_duration),
     "authorization": _authorization,
     "no_auth_user": _no_auth_user,
     "cluster": _cluster,
-    "debug": _to("debug", _bool),
-    "trace": _to("trace", _bool),
-    "logtime": _to("logtime", _bool),
+    "debug": _to("debug", file_bool),
+    "trace": _to("trace", file_bool),
+    "logtime": _to("logtime", file_bool),
     "log_file": _to("log_file", _str),
     "logfile": _to("log_file", _str),
-    "logfile_size_limit": _to("log_size_limit", _size),
-    "log_size_limit": _to("log_size_limit", _size),
+    "logfile_size_limit": _to("log_size_limit", file_size),
+    "log_size_limit": _to("log_size_limit", file_size),
     "pid_file": _to("pid_file", _str),
     "pidfile": _to("pid_file", _str),
+    "ports_file_dir": _to("ports_file_dir", _str),
+    "server_tags": _to("tags", _tags),
     # The streaming server's block is read by the streaming options (streaming/server).
     "streaming": lambda changes, value: None,
-    "websocket": handle_websocket,
-    "ws": handle_websocket,
+    "websocket": _websocket,
+    "ws": _websocket,
 }

@@ -1,23 +1,74 @@
-"""The `authorization { }` block of a nats-server configuration file, with the reference's
-keys and error messages: a single user or token, the `users` array (passwords, bcrypt hashes,
-NKeys), permissions in both styles (a list is shorthand for allow), allow_responses, and
-default permissions."""
+"""Who may connect and what they may do, as the configuration says it: users (password,
+bcrypt hash or NKey), their permissions, the defaults (plain data, read by server/auth.py's
+Authenticator, which does the checking), and the `authorization { }` block that fills them,
+with the reference's keys and error messages: a single user or token, the `users` array,
+permissions in both styles (a list is shorthand for allow), allow_responses, and default
+permissions."""
 
 from __future__ import annotations
 
+import base64
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import ConfigError, Section, parse_duration
 from ..protocol.subjects import is_valid_subject
-from .auth_options import (
-    RESPONSE_EXPIRES,
-    RESPONSE_MAX_MSGS,
-    AuthOptions,
-    Permissions,
-    ResponsePermission,
-    SubjectPermission,
-    User,
-)
+from .parser import ConfigError, Section
+from .units import file_duration
+
+# As the reference's DEFAULT_ALLOW_RESPONSE_MAX_MSGS and DEFAULT_ALLOW_RESPONSE_EXPIRATION.
+RESPONSE_MAX_MSGS = 1
+RESPONSE_EXPIRES = 120.0
+
+
+@dataclass(frozen=True)
+class SubjectPermission:
+    """Allow and deny lists of one direction (publish or subscribe). `allow` None: all."""
+
+    allow: tuple[str, ...] | None = None
+    deny: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ResponsePermission:
+    """allow_responses: a client may publish to the reply subjects of requests it received,
+    `max_msgs` times each within `expires` seconds."""
+
+    max_msgs: int = RESPONSE_MAX_MSGS
+    expires: float = RESPONSE_EXPIRES
+
+
+@dataclass(frozen=True)
+class Permissions:
+    publish: SubjectPermission | None = None
+    subscribe: SubjectPermission | None = None
+    responses: ResponsePermission | None = None
+
+
+@dataclass(frozen=True)
+class User:
+    """One entry of `authorization { users = [...] }`: a name and password (plain or a bcrypt
+    hash), or an NKey (a public user key, "U..."); its permissions, if any."""
+
+    name: str = ""
+    password: str = ""
+    nkey: str = ""
+    permissions: Permissions | None = None
+    connection_types: tuple[str, ...] = ()  # allowed_connection_types (empty: all)
+
+
+@dataclass
+class AuthOptions:
+    """The users of `authorization { users = [...] }` (and top-level `nkeys`), the default
+    permissions, and the user taken by clients that send no credentials."""
+
+    users: list[User] = field(default_factory=list)
+    default_permissions: Permissions | None = None
+    no_auth_user: str = ""
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.users)
+
 
 CONNECTION_TYPES = ("STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS",
                     "IN_PROCESS")
@@ -51,7 +102,7 @@ def parse_authorization(block: Any, changes: dict[str, Any], auth: AuthOptions) 
         elif name == "token":
             single["token"] = _string(block, key, value)
         elif name == "timeout":
-            changes["auth_timeout"] = parse_duration(value)
+            changes["auth_timeout"] = file_duration(value)
         elif name == "users":
             users = _users(block, key, value)
         elif name in ("default_permission", "default_permissions", "permissions"):
@@ -121,8 +172,6 @@ def _users(block: Any, key: str, value: Any) -> list[User]:
 
 
 def _is_user_nkey(key: str) -> bool:
-    from .auth import user_nkey_bytes
-
     return user_nkey_bytes(key) is not None
 
 
@@ -214,7 +263,7 @@ def _responses(block: Any, key: str, value: Any) -> ResponsePermission | None:
             if not isinstance(v, str):
                 raise _error(value, k, "error parsing expires, not a duration string")
             try:
-                seconds = parse_duration(v)
+                seconds = file_duration(v)
             except ValueError as exc:
                 raise _error(value, k, f"error parsing expires: {exc}") from None
             expires = seconds or RESPONSE_EXPIRES
@@ -233,3 +282,20 @@ def check_no_auth_user(auth: AuthOptions) -> None:
     if not any(u.name == name or u.nkey == name for u in auth.users):
         raise ValueError(f'no_auth_user: "{name}" not present as user or nkey in '
                          "authorization block or account configuration")
+
+
+def user_nkey_bytes(key: str) -> bytes | None:
+    """The ed25519 public key of a user NKey ("U" + base32 of prefix, key and CRC16), or
+    None when `key` is not one."""
+    if not key.startswith("U") or len(key) != 56:
+        return None
+    try:
+        raw = base64.b32decode(key)
+    except ValueError:
+        return None
+    import nkeys
+
+    body, crc = raw[:-2], int.from_bytes(raw[-2:], "little")
+    if raw[0] != nkeys.PREFIX_BYTE_USER or nkeys.crc16(bytearray(body)) != crc:
+        return None
+    return bytes(body[1:])
