@@ -302,12 +302,13 @@ def monitor_certs(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     return str(d / "server.pem"), str(d / "server-key.pem")
 
 
+# (Not `http: HOST:X` with `http_port: P` in one file: the reference reads a file's keys in
+# Go's map order, which is random, so either may win there; it failed one run in a few.)
 @pytest.mark.parametrize(("conf", "flags", "scheme"), [
     ("http: 127.0.0.1:{P}", [], "http"),
-    ('http: "127.0.0.1:{X}"\nhttp_port: {P}', [], "http"),
     ("http: 127.0.0.1:{X}", ["-m", "{P}"], "http"),
     ("https: 127.0.0.1:{P}\n{TLS}", [], "https"),
-], ids=["http", "http_port-after-http", "m-flag-after-http", "https"])
+], ids=["http", "m-flag-after-http", "https"])
 def test_the_monitor_binds_the_host_given(tmp_path: Path, monitor_certs: tuple[str, str],
                                           conf: str, flags: list[str], scheme: str) -> None:
     """`http: HOST:PORT` (and https, and a port from http_port or -m after it) listens on
