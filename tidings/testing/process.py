@@ -11,10 +11,13 @@ ports of its first start, with the same store directory.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
 import re
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 import weakref
@@ -59,6 +62,8 @@ class ProcessLog:
         self.lines: list[str] = []
         self.ports: dict[str, int] = {}
         self.closed = True
+        self._idle = False  # the reader waits on the pipe, all it read being handled
+        self._fd: int | None = None
         self._cond = threading.Condition()
         self._reader: threading.Thread | None = None
 
@@ -67,6 +72,8 @@ class ProcessLog:
         with self._cond:
             self.ports = {}
             self.closed = False
+            self._idle = False
+            self._fd = pipe.fileno()
         self._reader = threading.Thread(target=self._read, args=(pipe,), daemon=True,
                                         name=name)
         self._reader.start()
@@ -78,11 +85,15 @@ class ProcessLog:
             self._reader = None
 
     def mark(self) -> int:
-        """Where the log stands (for `wait_for(..., since=mark)`)."""
+        """Where the log stands (for `wait_for(..., since=mark)`): after all that the
+        process had written when this was called."""
+        self.sync()
         with self._cond:
             return len(self.lines)
 
     def text(self, since: int = 0) -> str:
+        """What it wrote (from line `since`), all it had written when this was called."""
+        self.sync()
         with self._cond:
             return "".join(line + "\n" for line in self.lines[since:])
 
@@ -122,23 +133,57 @@ class ProcessLog:
                                f"{self.text(since)[-4000:]}")
         return match
 
+    def sync(self, timeout: float = 5.0) -> None:
+        """Until what the process has written so far has been read (into `lines` and the
+        log file): what it logged before an effect the test saw is then there to read."""
+        fd = self._fd
+
+        def drained() -> bool:
+            if self.closed or fd is None:
+                return True
+            if not self._idle:
+                return False
+            try:
+                waiting = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+            except OSError:
+                return True
+            return struct.unpack("i", waiting)[0] == 0
+
+        self.wait(drained, timeout)
+
     def _read(self, pipe: IO[bytes]) -> None:
+        fd, rest = pipe.fileno(), b""
         with open(self.path, "ab") as log:
             try:
-                for raw in iter(pipe.readline, b""):
-                    log.write(raw)
-                    log.flush()
-                    line = raw.decode(errors="replace").rstrip("\r\n")
+                while True:
                     with self._cond:
-                        if m := _ADDRESS.search(line):
-                            self.ports.setdefault(m.group(1) or m.group(2), int(m.group(4)))
-                        self.lines.append(line)
+                        self._idle = True  # in the read below, nothing unread but the pipe's
+                        self._cond.notify_all()
+                    data = os.read(fd, 65536)
+                    if not data:
+                        break
+                    log.write(data)
+                    log.flush()
+                    *complete, rest = (rest + data).split(b"\n")
+                    with self._cond:
+                        self._idle = False
+                        for raw in complete:
+                            self._add(raw.decode(errors="replace").rstrip("\r"))
                         self._cond.notify_all()
             finally:
                 pipe.close()
                 with self._cond:
+                    if rest:
+                        self._add(rest.decode(errors="replace"))
                     self.closed = True
+                    self._fd = None
                     self._cond.notify_all()
+
+    def _add(self, line: str) -> None:
+        """One more line (under the lock): its listener's port, if it names one."""
+        if m := _ADDRESS.search(line):
+            self.ports.setdefault(m.group(1) or m.group(2), int(m.group(4)))
+        self.lines.append(line)
 
 
 class Done:
@@ -189,7 +234,9 @@ class SubprocessServer(ServerHandle):
         return dict(self.process_log.ports)
 
     def log(self, since: int = 0) -> str:
-        """What the server has logged (from byte offset `since`), over all its starts."""
+        """What the server has logged (from byte offset `since`), over all its starts: all
+        it had logged when this was called."""
+        self.process_log.sync()
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(since)
