@@ -1,7 +1,7 @@
 """Layouts of the nats-server configuration format, as the reference's lexer reads them: the
 ones it accepts (with what they mean) and the ones it refuses (with where and its words).
 Every file here uses real keys with valid values, so that `nats-server -t` and
-`tidings server -t` judge the layout alone (tests/unit/config, tests/integration/core)."""
+`tidings server -t` judge the layout alone (tests/unit/config, tests/integration/config)."""
 
 from __future__ import annotations
 

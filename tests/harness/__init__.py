@@ -8,6 +8,8 @@
 - waits.py: `wait_until`, `eventually`, `wait_listening`, `wait_for_file_line` (a
   server's own log lines: `server.wait_for_log`, `Process.wait_for`);
 - ports.py: `refused_port`, a port that refuses connections;
+- rawnats.py, wsframes.py: raw-socket NATS and WebSocket clients (exact bytes out, exact
+  bytes back) for protocol tests;
 - fixtures.py: the fixtures (tidings_factory, reference_factory, any_server,
   proxy_factory, refused_port, ...), loaded by tests/conftest.py.
 

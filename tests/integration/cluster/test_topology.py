@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.harness import eventually
-from tests.integration.core.rawnats import CONNECT_PLAIN, CONNECT_QUIET, RawConn
+from tests.harness.rawnats import CONNECT_PLAIN, CONNECT_QUIET, RawConn
 from tests.messaging import synced
 
 from .conftest import Cluster, connect, wait_interest, wait_mesh

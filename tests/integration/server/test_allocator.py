@@ -11,10 +11,10 @@ import sys
 import pytest
 
 from tests.harness import start_tidings
+from tests.harness.rawnats import CONNECT_PLAIN, RawConn
 from tidings.server.allocator import give_back_periodically
 
 from .conftest import NO_STREAMING
-from .rawnats import CONNECT_PLAIN, RawConn
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and glibc")
 

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.harness import Process, nats_server_binary, wait_for_file_line
+from tests.harness.rawnats import CONNECT_PLAIN, RawConn
 from tidings.testing.process import ports_in
-
-from .rawnats import CONNECT_PLAIN, RawConn
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from tests.harness import Server, wait_until
+from tests.harness.rawnats import CONNECT_PLAIN, RawConn, info_of
 
 from .conftest import ServerPair
-from .rawnats import CONNECT_PLAIN, RawConn, info_of
 
 QUIET = b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n'
 VERBOSE = b'CONNECT {"verbose":true,"pedantic":false,"headers":true}\r\n'

@@ -8,8 +8,7 @@ import signal
 import pytest
 
 from tests.harness import start_tidings
-
-from .rawnats import CONNECT_PLAIN, RawConn
+from tests.harness.rawnats import CONNECT_PLAIN, RawConn
 
 N = 20_000
 PAYLOAD = b"x" * 200

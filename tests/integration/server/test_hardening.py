@@ -15,9 +15,9 @@ from collections.abc import Callable
 import pytest
 
 from tests.harness import Server, start_tidings
+from tests.harness.rawnats import CONNECT_PLAIN, RawConn
 
 from .conftest import NO_STREAMING
-from .rawnats import CONNECT_PLAIN, RawConn
 
 MIB = 1024 * 1024
 

@@ -22,8 +22,7 @@ from tests.harness import (
     start_server_process,
     wait_until,
 )
-
-from .rawnats import RawConn
+from tests.harness.rawnats import RawConn
 
 pytestmark = pytest.mark.timeout(60)
 

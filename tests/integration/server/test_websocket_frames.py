@@ -25,8 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .test_websocket import KINDS, WsServer, start
-from .wsframes import (
+from tests.harness.wsframes import (
     BINARY,
     CLOSE,
     CONTINUATION,
@@ -43,6 +42,8 @@ from .wsframes import (
     frame,
     masked,
 )
+
+from .test_websocket import KINDS, WsServer, start
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -19,9 +19,9 @@ import nats
 import pytest
 
 from tests.harness import Server
+from tests.harness.rawnats import CONNECT_PLAIN, RawConn
 
 from .conftest import ServerPair
-from .rawnats import CONNECT_PLAIN, RawConn
 
 _ids = itertools.count()
 GO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)$")

@@ -23,9 +23,8 @@ import nkeys
 import pytest
 
 from tests.harness import Server, nats_server_binary, start_configured, wait_until
+from tests.harness.rawnats import RawConn, Timeout, run_exchange
 from tests.messaging import synced
-
-from .rawnats import RawConn, Timeout, run_exchange
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -70,7 +70,7 @@ def test_lame_duck_mode(kind: str, tmp_path) -> None:  # type: ignore[no-untyped
     """SIGUSR2: no new clients, an INFO with "ldm": true to the protocol-1 clients, then
     after the grace period the clients are closed (a second apart at most, as the reference)
     and the server exits cleanly."""
-    from tests.integration.core.rawnats import CONNECT_QUIET, RawConn
+    from tests.harness.rawnats import CONNECT_QUIET, RawConn
 
     conf = tmp_path / "ldm.conf"
     conf.write_text('listen: 127.0.0.1:-1\nlame_duck_grace_period: "300ms"\n'
@@ -100,7 +100,7 @@ def test_reload_applies_the_file_and_refuses_what_cannot_change(tmp_path) -> Non
     """SIGHUP re-reads -c FILE: a new password takes effect at once (a client that logged
     in with the old one is closed), max_payload changes, a new port is refused as the
     reference refuses it, and connections stay up."""
-    from tests.integration.core.rawnats import RawConn
+    from tests.harness.rawnats import RawConn
 
     conf = tmp_path / "r.conf"
 
@@ -133,7 +133,7 @@ def test_reload_under_load_loses_nothing(tmp_path) -> None:  # type: ignore[no-u
     credentials still valid): every message arrives."""
     import threading
 
-    from tests.integration.core.rawnats import RawConn
+    from tests.harness.rawnats import RawConn
 
     conf = tmp_path / "r.conf"
     conf.write_text("listen: 127.0.0.1:-1\nauthorization { user: u, password: p }\n")

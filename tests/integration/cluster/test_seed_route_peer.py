@@ -18,8 +18,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.harness import Server, start_tidings
-
-from .rawnats import CONNECT_PLAIN, RawConn
+from tests.harness.rawnats import CONNECT_PLAIN, RawConn
 
 # As the seed's examples: a CONNECT without verbose acknowledgements, an INFO of its own.
 SEED_CONNECT = {"verbose": False, "pedantic": False, "tls_required": False,

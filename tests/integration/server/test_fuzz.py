@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.harness.rawnats import RawConn, run_exchange
+
 from .conftest import ServerPair
-from .rawnats import RawConn, run_exchange
 from .test_differential import ALLOWED, comparable, describe
 
 FUZZ = settings(

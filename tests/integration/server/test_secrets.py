@@ -23,9 +23,8 @@ import nkeys
 import pytest
 
 from tests.harness import Process, refused_port, start_server_process, wait_until
+from tests.harness.rawnats import RawConn
 from tidings.server.monitor import ENDPOINTS
-
-from .rawnats import RawConn
 
 pytestmark = pytest.mark.timeout(120)
 

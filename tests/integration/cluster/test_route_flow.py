@@ -10,9 +10,8 @@ import time
 from typing import Any
 
 from tests.harness import start_tidings
+from tests.harness.rawnats import CONNECT_PLAIN, RawConn
 from tidings.protocol.parser import ServerOpParser
-
-from .rawnats import CONNECT_PLAIN, RawConn
 
 PEER_CONNECT = (b'CONNECT {"verbose":false,"pedantic":false,"tls_required":false,'
                 b'"name":"PEER1"}\r\n')

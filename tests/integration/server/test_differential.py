@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
+from tests.harness.rawnats import Outcome, RawConn, run_exchange
+
 from .conftest import DIFF_RESULTS, ServerPair
-from .rawnats import Outcome, RawConn, run_exchange
 
 # INFO keys only the reference sends, and why we do not.
 REFERENCE_ONLY_INFO_KEYS = {

@@ -12,8 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.harness import Server, start_configured, start_reference, start_tidings, wait_until
-
-from .rawnats import CONNECT_PLAIN, RawConn, Timeout
+from tests.harness.rawnats import CONNECT_PLAIN, RawConn, Timeout
 
 ROUTE_CONNECT = b'CONNECT {"verbose":false,"pedantic":false,"name":"NPEER","cluster":"X"}\r\n'
 PEER_INFO = b'INFO {"server_id":"NPEER","version":"2.11.0","host":"127.0.0.1","port":1}\r\n'

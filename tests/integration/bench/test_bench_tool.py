@@ -21,7 +21,7 @@ import pytest
 from tidings.bench.counter import FrameCounter
 from tidings.bench.wire import msg_frame_len
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MSGS = 3000
 SUBS = 3
 SIZES = (16, 1024)

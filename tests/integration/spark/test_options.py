@@ -158,6 +158,6 @@ def test_every_option_a_parser_reads_is_in_the_table():
 
 
 def test_docs_list_every_option():
-    docs = (Path(__file__).parents[2] / "docs" / "spark.md").read_text()
+    docs = (Path(__file__).parents[3] / "docs" / "spark.md").read_text()
     missing = [name for name in OPTIONS if f"`{name}`" not in docs]
     assert missing == []

@@ -33,8 +33,7 @@ import trustme
 import tidings.client
 from tests.certs import Certs, make_certs, tls_block
 from tests.harness import Process, nats_server_binary, start_server_process
-
-from .rawnats import RawConn
+from tests.harness.rawnats import RawConn
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -638,7 +637,7 @@ def test_websocket_info_has_its_own_listener_tls(non_tls: bool, certs: Certs,
     """With TLS on the client port and a plain WebSocket listener (no_tls), a WebSocket
     client's INFO neither requires nor offers TLS: it says what its own listener has, as the
     reference's (tls_verify stays, from the client port)."""
-    from .wsframes import RawWebSocket
+    from tests.harness.wsframes import RawWebSocket
 
     infos = {}
     for kind in KINDS:

@@ -20,11 +20,11 @@ from nats.aio.msg import Msg
 from nats.errors import MaxPayloadError, NoRespondersError
 
 from tests.harness import Server
+from tests.harness.rawnats import RawConn
 from tests.messaging import synced
 from tidings.protocol.headers import Headers
 
 from .conftest import ServerPair
-from .rawnats import RawConn
 
 _ids = itertools.count()
 

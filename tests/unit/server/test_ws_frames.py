@@ -1,7 +1,7 @@
 """The WebSocket frame reader and writer (tidings/server/ws_frames.py), sans-IO: frames split
 at every byte, the compiled unmasking against the pure one, compressed messages and their
 bounds, close frames. (What a server does with frames, against the reference, is in
-tests/integration/core/test_websocket_frames.py.)"""
+tests/integration/server/test_websocket_frames.py.)"""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import zlib
 
 import pytest
 
-from tests.integration.core.wsframes import (
+from tests.harness.wsframes import (
     BINARY,
     CLOSE,
     CONTINUATION,

@@ -23,8 +23,7 @@ import pytest
 
 from tests.certs import make_certs
 from tests.harness import nats_server_binary, stop_process
-
-from .rawnats import CONNECT_PLAIN
+from tests.harness.rawnats import CONNECT_PLAIN
 
 pytestmark = pytest.mark.timeout(90)
 
