@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..config.server import RouteURL
 from ..oserrors import listen_error
 from ..redact import redact_url
+from ..server.accounts import Account
 from ..server.binding import listener_urls, listening_socket
 from ..server.connection import Connection, Frame
 from ..server.listeners import Listener
@@ -67,7 +68,7 @@ class Cluster(Listener):
         self.routes: dict[str, RouteConnection] = {}  # by remote server id
         self.pending: set[RouteConnection] = set()  # connected, not registered yet
         self.port = self.listen.port
-        self.local_counts: dict[tuple[bytes, bytes | None], int] = {}
+        self.local_counts: dict[tuple[bytes, bytes, bytes | None], int] = {}
         self.client_urls: dict[str, list[str]] = {}  # remote server id -> its client URLs
         self._listener: asyncio.AbstractServer | None = None
         self._bound: tuple[Any, ...] = ()  # the route listener's address
@@ -87,7 +88,7 @@ class Cluster(Listener):
             raise listen_error("error listening on router", self.listen.host,
                                self.listen.port, exc) from exc
         server = self.server
-        server.sublist.watcher = self._local_interest
+        server.accounts.watch(self._watch_account)
         log.info("Cluster name is %s", self.name)
         log.info("Listening for route connections on %s:%d", self.listen.host, self.port)
         own = self._own_route_addresses()
@@ -278,6 +279,8 @@ class Cluster(Listener):
         if not opts.no_advertise:
             info["connect_urls"] = server.own_client_urls()
         info["tidings"] = common["go"]  # speaks the seed's dialect (route.py)
+        if server.accounts.configured:
+            info["tidings_accounts"] = True  # ... unless either side has accounts
         return b"INFO " + encode_json(info) + b" \r\n"
 
     def authenticate(self, connect: dict[str, Any]) -> bool:
@@ -384,18 +387,28 @@ class Cluster(Listener):
             del self.routes[route.remote_id]
             if self.client_urls.pop(route.remote_id, None) is not None:
                 self.server.client_urls_changed()
-        subs = list(route.subs.values())
-        route.subs.clear()
-        for sub in subs:
+        by_account: dict[Account, list[Subscription]] = {}
+        for key, sub in route.subs.items():
+            by_account.setdefault(route.account_of(key), []).append(sub)
             sub.closed = True
-        self.server.drop_subs(subs)
+        route.subs.clear()
+        for account, subs in by_account.items():
+            self.server.drop_subs(subs, account)
 
     # -- local interest to the routes -----------------------------------------
-    def _local_interest(self, sub: Subscription, added: bool) -> None:
-        """The subject index's watcher: a local subscription came or went."""
+    def _watch_account(self, account: Account) -> None:
+        """Watch an account's subject index for the interest to announce."""
+        def watcher(sub: Subscription, added: bool) -> None:
+            self._local_interest(account, sub, added)
+
+        account.sublist.watcher = watcher
+
+    def _local_interest(self, account: Account, sub: Subscription, added: bool) -> None:
+        """An account's subject index's watcher: a local subscription came or went."""
         if sub.client.is_route:
             return
-        key = (sub.subject, sub.queue)
+        name = account.name.encode()
+        key = (name, sub.subject, sub.queue)
         counts = self.local_counts
         n = counts.get(key, 0) + (1 if added else -1)
         if n > 0:
@@ -405,12 +418,15 @@ class Cluster(Listener):
             n = 0
         nats_line = None
         if sub.queue is not None or n == (1 if added else 0):
-            nats_line = _interest_line(sub.subject, sub.queue, n)
+            nats_line = _interest_line(name, sub.subject, sub.queue, n)
         seed_line = None
+        on_seed = account is self.server.accounts.global_account and not sub.client.is_relay
         for route in self.routes.values():
             if route.closed:
                 continue
             if route.dialect == SEED:
+                if not on_seed:
+                    continue  # the seed's dialect has the global account only
                 if seed_line is None:
                     seed_line = _seed_line(sub, added)
                 route.queue(seed_line)
@@ -421,10 +437,13 @@ class Cluster(Listener):
     def _send_all_interest(self, route: RouteConnection) -> None:
         lines: list[bytes] = []
         if route.dialect == NATS:
-            for (subject, queue), n in self.local_counts.items():
-                lines.append(_interest_line(subject, queue, n))
+            for (account, subject, queue), n in self.local_counts.items():
+                lines.append(_interest_line(account, subject, queue, n))
         else:
+            global_account = self.server.accounts.global_account
             for client in list(self.server.clients.values()):
+                if client.account is not global_account:
+                    continue
                 for sub in client.subs.values():
                     if not sub.closed:
                         lines.append(_seed_line(sub, True))
@@ -463,6 +482,7 @@ class Cluster(Listener):
         plain_frame: Frame | None,
         remote: RemoteInterest,
         deliver: Callable[..., bool],
+        account: Account,
     ) -> bool:
         """Send a local publish to the routes with interest, once per route, naming the
         queue groups whose pick fell on that route's server. A group with members here and
@@ -473,7 +493,7 @@ class Cluster(Listener):
             for sub in remote.plain:
                 route = sub.client
                 if not route.closed:
-                    route.send_msg(sub, None, subject, frame, plain_frame, reply)
+                    route.send_msg(sub, None, subject, frame, plain_frame, reply, account)
                     sent = True
             return sent
         delivered = False
@@ -503,7 +523,7 @@ class Cluster(Listener):
                 target[1].append(member)
                 break
         for route, (plain_sub, queue_subs) in targets.items():
-            route.send_msg(plain_sub, queue_subs, subject, frame, plain_frame, reply)
+            route.send_msg(plain_sub, queue_subs, subject, frame, plain_frame, reply, account)
         return delivered or bool(targets)
 
     def _has_route_to(self, url: RouteURL) -> bool:
@@ -533,12 +553,12 @@ def _keep_new(existing: RouteConnection, new: RouteConnection, our_id: str) -> b
     return solicited_by(new) == min(our_id, new.remote_id)
 
 
-def _interest_line(subject: bytes, queue: bytes | None, n: int) -> bytes:
+def _interest_line(account: bytes, subject: bytes, queue: bytes | None, n: int) -> bytes:
     if queue is None:
-        return (b"RS+ $G " if n else b"RS- $G ") + subject + b"\r\n"
+        return b"%s %b %b\r\n" % (b"RS+" if n else b"RS-", account, subject)
     if n:
-        return b"RS+ $G %b %b %d\r\n" % (subject, queue, n)
-    return b"RS- $G %b %b\r\n" % (subject, queue)
+        return b"RS+ %b %b %b %d\r\n" % (account, subject, queue, n)
+    return b"RS- %b %b %b\r\n" % (account, subject, queue)
 
 
 def _seed_line(sub: Subscription, added: bool) -> bytes:

@@ -7,9 +7,10 @@ operation, for a peer that sends none):
   subscription is announced as `SUB <subject> [queue] RSID|QRSID:<cid>:<sid>`, a message is
   `MSG <subject> <that sid> [reply] <size>` (HMSG with headers), once per route for plain
   interest and once per queue group the sender picked on the other side;
-- "nats", the reference's current protocol: interest per subject (`RS+ $G <subject>`, queue
-  groups with their weight), a message once per route as `RMSG $G <subject> [+ reply | |]
-  [queues...] <size>`, naming the queue groups the receiver is to serve.
+- "nats", the reference's current protocol: interest per account and subject (`RS+ <account>
+  <subject>`, queue groups with their weight), a message once per route as `RMSG <account>
+  <subject> [+ reply | |] [queues...] <size>`, naming the queue groups the receiver is to
+  serve. Two tidings servers speak it too when either has accounts (the seed's has none).
 
 Remote interest lives in the server's subject index as subscriptions whose client is the
 route, so the result cache (and the parser's skip of unrouted publishes) counts it.
@@ -27,6 +28,7 @@ from ..protocol.errors import AUTHORIZATION_VIOLATION, STALE_CONNECTION, Protoco
 from ..protocol.parser import ClientOpParser, decode_json
 from ..protocol.subjects import is_valid_subscription
 from ..redact import redact_url
+from ..server.accounts import Account
 from ..server.connection import Connection, Frame, msg_frame
 from ..server.sublist import EMPTY_RESULT, Subscription
 
@@ -64,9 +66,11 @@ class RouteConnection(Connection):
         opts = server.options
         # Servers of a cluster may have different max_payload settings: as in the reference,
         # a route's messages are not held to ours (only to the 9 digits of a size field).
+        # The compiled scanner skips messages nobody listens to by their subject in the
+        # global account's index: with accounts it must see every message.
+        interest = None if server.accounts.configured else (server.sublist.cache, EMPTY_RESULT)
         self.parser = ClientOpParser(
-            self, ROUTE_MAX_PAYLOAD, opts.max_control_line,
-            interest=(server.sublist.cache, EMPTY_RESULT), route=True,
+            self, ROUTE_MAX_PAYLOAD, opts.max_control_line, interest=interest, route=True,
         )
         self.parser.headers = True  # a peer's HPUB (the seed's PUB with headers) is fine
         self.dialect: str | None = None
@@ -199,7 +203,9 @@ class RouteConnection(Connection):
         if "headers" in info:
             self.headers = bool(info.get("headers"))
         if self.dialect is None:
-            self.choose_dialect(SEED if _speaks_seed(info) else NATS)
+            seed = _speaks_seed(info) and not (
+                info.get("tidings_accounts") or self.server.accounts.configured)
+            self.choose_dialect(SEED if seed else NATS)
         if not self.url:
             refusal = None
         else:
@@ -248,44 +254,58 @@ class RouteConnection(Connection):
             fields = fields[1:]  # LS+ <origin cluster> ...: no leaf nodes here to care
         if len(fields) not in (2, 4):
             raise ProtocolError(None, f"RS+ parse error: {fields!r}")
-        account, subject = fields[0], fields[1]
-        if account != GLOBAL_ACCOUNT:
-            return  # only the global account exists here ($SYS and the like: not ours)
+        name, subject = fields[0], fields[1]
+        account = self.server.accounts.get(name.decode("utf-8", "replace"))
+        if account is None:
+            return  # an account we do not have: no subscriber of ours can be in it
         queue = fields[2] if len(fields) > 2 else None
         weight = 1
         if queue is not None:
             weight = int(fields[3]) if fields[3].isdigit() else 0
             if weight <= 0:
                 raise ProtocolError(None, f"RS+ bad queue weight: {fields!r}")
-        key = _interest_key(subject, queue)
+        key = _interest_key(name, subject, queue)
         sub = self.subs.get(key)
         if sub is not None:
             if sub.weight != weight:  # a queue group's members there changed in number
-                self.server.sublist.reweigh(sub, weight)
+                account.sublist.reweigh(sub, weight)
             return
         if not is_valid_subscription(subject):
             log.debug("%s: invalid subject %r in RS+", self.describe(), subject)
             return
-        self._add_interest(key, subject, queue, weight)
+        self._add_interest(key, subject, queue, weight, account)
 
     def on_remote_unsub(self, fields: list[bytes], leaf: bool) -> None:
         if leaf and len(fields) in (3, 4) and fields[1] == GLOBAL_ACCOUNT:
             fields = fields[1:]
         if len(fields) not in (2, 3):
             raise ProtocolError(None, f"RS- parse error: {fields!r}")
-        if fields[0] != GLOBAL_ACCOUNT:
-            return
-        sub = self.subs.get(_interest_key(fields[1], fields[2] if len(fields) > 2 else None))
+        key = _interest_key(fields[0], fields[1], fields[2] if len(fields) > 2 else None)
+        sub = self.subs.get(key)
         if sub is not None:
             self.remove_sub(sub)
 
     def _add_interest(
-        self, key: bytes, subject: bytes, queue: bytes | None, weight: int = 1
+        self, key: bytes, subject: bytes, queue: bytes | None, weight: int = 1,
+        account: Account | None = None,
     ) -> None:
         sub = Subscription(self, subject, queue, key)
         sub.weight = weight
         self.subs[key] = sub
-        self.server.sublist.insert(sub)
+        (account or self.account).sublist.insert(sub)
+
+    def account_of(self, key: bytes) -> Account:
+        """The account of the remote interest `key` (the seed's sids: the global one)."""
+        if self.dialect == SEED:
+            return self.account
+        name = key.split(b" ", 1)[0].decode("utf-8", "replace")
+        return self.server.accounts.get(name) or self.account
+
+    def remove_sub(self, sub: Subscription) -> None:
+        sub.closed = True
+        if self.subs.get(sub.sid) is sub:
+            del self.subs[sub.sid]
+        self.account_of(sub.sid).sublist.remove(sub)
 
     # -- messages from the peer -----------------------------------------------
     def on_pub(self, subject: bytes, reply: bytes | None, payload: bytes) -> None:
@@ -307,8 +327,11 @@ class RouteConnection(Connection):
     ) -> None:
         self.in_msgs += 1
         self.in_bytes += len(data)
+        acc = None
         if account is not None and account != GLOBAL_ACCOUNT:
-            return
+            acc = self.server.accounts.get(account.decode("utf-8", "replace"))
+            if acc is None:
+                return
         if hdr_len >= 0:
             frame = msg_frame(b"HMSG ", subject, reply, data, hdr_len)
             plain: Frame | None = msg_frame(b"MSG ", subject, reply, data[hdr_len:])
@@ -317,7 +340,7 @@ class RouteConnection(Connection):
             plain = None
         server = self.server
         if sid is None:
-            server.route_from(self, subject, reply, frame, plain, queues or (), None)
+            server.route_from(self, subject, reply, frame, plain, queues or (), None, acc)
         elif sid.startswith(b"QRSID:"):
             direct = self.cluster.local_sub(sid)
             if direct is not None:
@@ -334,9 +357,10 @@ class RouteConnection(Connection):
         frame: Frame,
         plain_frame: Frame | None,
         reply: bytes | None,
+        account: Account,
     ) -> None:
-        """Forward one message: for the peer's plain interest (`plain_sub`, any of the
-        route's matching plain subscriptions) and the queue groups we picked it for."""
+        """Forward one message of `account`: for the peer's plain interest (`plain_sub`, any
+        of the route's matching plain subscriptions) and the queue groups we picked it for."""
         if self.dialect == SEED:
             deliver = self.server.deliver
             if plain_sub is not None:
@@ -348,7 +372,7 @@ class RouteConnection(Connection):
         if plain_frame is not None and not self.headers:
             frame, plain_frame = plain_frame, None
         _, tail, big, size = frame
-        op = b"RMSG $G " if plain_frame is None else b"HMSG $G "
+        op = account.rmsg if plain_frame is None else account.hmsg
         if queue_subs:
             names = b" ".join([sub.queue for sub in queue_subs])  # type: ignore[misc]
             if reply:
@@ -367,8 +391,9 @@ class RouteConnection(Connection):
         self.out_payload += size
 
 
-def _interest_key(subject: bytes, queue: bytes | None) -> bytes:
-    return subject if queue is None else subject + b" " + queue
+def _interest_key(account: bytes, subject: bytes, queue: bytes | None) -> bytes:
+    key = account + b" " + subject
+    return key if queue is None else key + b" " + queue
 
 
 def _speaks_seed(info: dict[str, Any]) -> bool:

@@ -54,6 +54,7 @@ class User:
     nkey: str = ""
     permissions: Permissions | None = None
     connection_types: tuple[str, ...] = ()  # allowed_connection_types (empty: all)
+    account: str = ""  # the account it belongs to ("": the global account)
 
 
 @dataclass

@@ -295,6 +295,12 @@ class ClientOpParser(_Framer):
             # subject twice.
             self.handler.on_soft_error(INVALID_PUBLISH_SUBJECT)
 
+    def watch_interest(self, interest: tuple[dict[bytes, Any], Any]) -> None:
+        """Read another (cache, empty) pair from now on (a client bound to an account);
+        route_pubs_to decides again whether it is used."""
+        if self._interest_given is not None:
+            self._interest_given = interest
+
     def route_pubs_to(self, on_pub: Any, skip_unrouted: bool) -> None:
         """Hand PUBs to `on_pub` instead of the handler's; `skip_unrouted` False makes every
         PUB reach it, also those the compiled scanner would skip as nobody listens."""

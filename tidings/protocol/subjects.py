@@ -98,3 +98,26 @@ def subject_matches(pattern: bytes | str, subject: bytes | str) -> bool:
         if ptok != b"*" and ptok != stoks[i]:
             return False
     return len(ptoks) == len(stoks)
+
+
+def is_subset(subject: bytes | str, pattern: bytes | str) -> bool:
+    """True when every subject that `subject` (itself possibly a pattern) matches is one
+    that `pattern` matches too: a `>` of `subject` only under a `>` of `pattern`, a `*` only
+    under a wildcard (an import's subject against an export's)."""
+    if isinstance(pattern, str):
+        pattern = pattern.encode()
+    if isinstance(subject, str):
+        subject = subject.encode()
+    ptoks = pattern.split(b".")
+    stoks = subject.split(b".")
+    for i, ptok in enumerate(ptoks):
+        if ptok == b">":
+            return len(stoks) > i
+        if i >= len(stoks):
+            return False
+        stok = stoks[i]
+        if stok == b">":
+            return False
+        if ptok != b"*" and (stok == b"*" or ptok != stok):
+            return False
+    return len(ptoks) == len(stoks)

@@ -40,6 +40,7 @@ from ..protocol.subjects import subject_matches
 
 if TYPE_CHECKING:
     from ..config.server import ServerOptions
+    from .accounts import Account, Accounts
     from .client import ClientConnection
 
 log = logging.getLogger("tidings.server")
@@ -223,6 +224,7 @@ class Login:
     rights: Rights | None = None
     nkey: str = ""
     listed: bool = False  # one of the users (or nkeys) array's
+    account: Account | None = None  # the account it belongs to (None: the global one)
 
 
 ANONYMOUS = Login()
@@ -300,7 +302,7 @@ class Authenticator:
     """The server's users and how a CONNECT is checked against them (see the module
     docstring). Rebuilt from the options on reload."""
 
-    def __init__(self, options: ServerOptions) -> None:
+    def __init__(self, options: ServerOptions, accounts: Accounts | None = None) -> None:
         auth = options.auth
         self.options = options
         default = auth.default_permissions
@@ -309,10 +311,13 @@ class Authenticator:
         for user in auth.users:
             perms = user.permissions or default
             rights = Rights(perms) if perms is not None else None
+            account = accounts.get(user.account) if accounts is not None else None
             if user.nkey:
-                self.nkeys[user.nkey] = (user, Login(user.nkey, rights, user.nkey, True))
+                self.nkeys[user.nkey] = (user, Login(user.nkey, rights, user.nkey, True,
+                                                     account))
             else:
-                self.users[user.name] = (user, Login(user.name, rights, listed=True))
+                self.users[user.name] = (user, Login(user.name, rights, listed=True,
+                                                     account=account))
         self.required = options.auth_required
         ws = options.websocket
         self.ws_override = ws is not None and bool(ws.user or ws.token or ws.no_auth_user)

@@ -135,7 +135,7 @@ class ClientConnection(Connection):
         opts = server.options
         self.parser = ClientOpParser(
             self, opts.max_payload, opts.max_control_line,
-            interest=(server.sublist.cache, EMPTY_RESULT),
+            interest=(self.account.sublist.cache, EMPTY_RESULT),
         )
         self.parser.pedantic = True
         # The reference's defaults before (and for fields absent from) CONNECT.
@@ -289,6 +289,9 @@ class ClientConnection(Connection):
     def grant(self, login: Login) -> None:
         """Take `login`'s rights (at CONNECT, and again when a reload changes them)."""
         self.login = login
+        if login.account is not self.account and login.account is not None:
+            self.server.move_to_account(self, login.account)
+            self.parser.watch_interest((self.account.sublist.cache, EMPTY_RESULT))
         rights = self.rights = login.rights
         checked = rights is not None and rights.limits_publish
         # The parser's compiled path skips publishes nobody listens to: a client whose
@@ -326,7 +329,7 @@ class ClientConnection(Connection):
             sub = Subscription(self, subject, queue, sid)
             sub.guard = guard
             self.subs[sid] = sub
-            self.server.sublist.insert(sub)
+            self.account.sublist.insert(sub)
         if self.verbose:
             self.queue(OK)
 
@@ -447,7 +450,7 @@ class ClientConnection(Connection):
 
     def no_responders_reply(self, subject: bytes, reply: bytes) -> None:
         """Tell a requester that nobody listens on `subject`, with a 503 status message."""
-        plain = self.server.sublist.match(reply)[0]
+        plain = self.account.sublist.match(reply)[0]
         for sub in plain:
             if sub.client is self:
                 hdr = b"NATS/1.0 503\r\nNats-Subject: %b\r\n\r\n" % subject

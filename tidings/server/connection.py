@@ -20,6 +20,7 @@ from . import flow
 
 if TYPE_CHECKING:
     from ..protocol.parser import ClientOpParser
+    from .accounts import Account
     from .server import Server
     from .sublist import Subscription
 
@@ -47,6 +48,7 @@ _REASONS = {
     "Stale Connection": "Stale Connection",
     "Maximum Payload Violation": "Maximum Payload Exceeded",
     "maximum connections exceeded": "Maximum Connections Exceeded",
+    "maximum account active connections exceeded": "Maximum Account Connections Exceeded",
     "maximum control line exceeded": "Maximum Control Line Exceeded",
     "Unknown Protocol Operation": "Parse Error",
 }
@@ -79,6 +81,7 @@ class Connection(asyncio.Protocol):
     """The server side of one TCP connection; see the module docstring."""
 
     is_route = False  # routes forward to other servers; clients are delivered to
+    is_relay = False  # (accounts.Relay: a subscription that carries into another account)
 
     __slots__ = (
         "server", "cid", "transport", "parser", "subs", "out", "host", "port",
@@ -86,7 +89,7 @@ class Connection(asyncio.Protocol):
         "pings_out", "last_in", "ping_timer", "rtt_start", "rtt", "stalled_since", "drain_mark",
         "in_msgs", "in_bytes", "out_msgs", "out_bytes", "out_payload", "started",
         "congested", "stalled_by", "stalling", "stall_timer", "out_vectored",
-        "backlog", "input_paused", "budget", "close_reason",
+        "backlog", "input_paused", "budget", "close_reason", "account",
     )
 
     parser: ClientOpParser
@@ -128,6 +131,7 @@ class Connection(asyncio.Protocol):
         self.input_paused = False
         self.budget = InputBudget(server.turns)
         self.close_reason = ""  # why we closed it, as /connz?state=closed says
+        self.account: Account = server.accounts.global_account  # whose subjects it uses
 
     # -- to be supplied by the kind of connection ------------------------------
     def gone(self) -> None:
@@ -284,7 +288,7 @@ class Connection(asyncio.Protocol):
         sub.closed = True
         if self.subs.get(sub.sid) is sub:
             del self.subs[sub.sid]
-        self.server.sublist.remove(sub)
+        self.account.sublist.remove(sub)
 
     # -- output ----------------------------------------------------------------
     def queue(self, data: bytes) -> None:

@@ -40,7 +40,6 @@ DEST_DISABLED = b"trace disabled"
 HDR_LINE = b"NATS/1.0\r\n"
 RESERVED_DESTS = ("_GR_.", "$NRG.")
 
-ACCOUNT = "$G"  # the only account tidings has, named as the reference's global account
 KIND_CLIENT = 0  # the reference's connection kind for clients
 
 # Egress errors, in the reference's words.
@@ -134,13 +133,14 @@ def go_json(obj: Any) -> bytes:
 class MsgTrace:
     """The trace of one published message; `deliver` stands in for Server._deliver."""
 
-    __slots__ = ("server", "dest", "only", "encoding", "event", "events")
+    __slots__ = ("server", "dest", "only", "encoding", "event", "events", "account")
 
     def __init__(
         self, server: Server, pub: ClientConnection, subject: bytes, dest: str, only: bool,
         headers: dict[str, list[str]], size: int,
     ) -> None:
         self.server = server
+        self.account = pub.account  # the events go to its subjects
         self.dest = dest
         self.only = only
         self.encoding = headers.get(ACCEPT_ENCODING, [""])[0].lower()
@@ -148,7 +148,7 @@ class MsgTrace:
                                    "kind": KIND_CLIENT, "cid": pub.cid}
         if pub.name:
             ingress["name"] = pub.name
-        ingress["acc"] = ACCOUNT
+        ingress["acc"] = pub.account.name
         ingress["subj"] = subject.decode("utf-8", "replace")
         self.events: list[dict[str, Any]] = [ingress]
         request: dict[str, Any] = {"header": dict(sorted(headers.items()))}
@@ -211,7 +211,7 @@ class MsgTrace:
         encoding = _content_encoding(self.encoding)
         if encoding is None:
             frame = msg_frame(b"MSG ", dest, None, body)
-            server.route(None, dest, None, frame, None)  # type: ignore[arg-type]
+            server.route(None, dest, None, frame, None, None, self.account)
             return
         if encoding == "gzip":
             body = gzip.compress(body)
@@ -219,9 +219,10 @@ class MsgTrace:
             body = snappy_framed(body)
         hdr = b"NATS/1.0\r\nContent-Encoding: %s\r\n\r\n" % encoding.encode()
         server.route(
-            None, dest, None,  # type: ignore[arg-type]
+            None, dest, None,
             msg_frame(b"HMSG ", dest, None, hdr + body, len(hdr)),
             msg_frame(b"MSG ", dest, None, body),
+            None, self.account,
         )
 
 

@@ -156,7 +156,7 @@ def _regrant(client: ClientConnection, login: Login | None) -> None:
     if login.rights is client.rights and login == client.login:
         return
     client.grant(login)
-    sublist = client.server.sublist
+    sublist = client.account.sublist
     rights = client.rights
     for sub in list(client.subs.values()):
         if rights is not None and rights.limits_subscribe and not rights.may_subscribe(

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..config.server import ServerOptions
 from ..pipe import open_pipe
-from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED
+from ..protocol.errors import MAX_CONNECTIONS_EXCEEDED, TOO_MANY_ACCOUNT_CONNECTIONS
 from ..turns import LoopTurns
 from . import flow
+from .accounts import MAX_RELAY_HOPS, Account, Accounts
 from .auth import Authenticator, Bcrypt, granting, new_nonce
 from .client import ClientConnection
 from .connection import Connection, Frame
@@ -53,7 +54,8 @@ class Server:
         self.options = options or ServerOptions()
         self.server_id = new_server_id()
         self.name = self.options.name or self.server_id
-        self.sublist = Sublist()
+        self._cid = 0
+        self.accounts = Accounts(self)
         self.clients: dict[int, ClientConnection] = {}
         self.internal: set[int] = set()  # cids of in-process clients (dial_internal)
         self.dirty: list[Connection] = []
@@ -65,7 +67,6 @@ class Server:
         self.stalls = 0  # producers paused for their consumers (flow.py; /varz stalled_clients)
         self.total_connections = 0
         self.started = time.time()
-        self._cid = 0
         self.turns: LoopTurns = None  # type: ignore[assignment]  # set by start()
         self._qseq = 0
         self.trace_seq = 0  # sequence number of the trace events we sent (msgtrace.py)
@@ -98,8 +99,13 @@ class Server:
         # Clients with allow_responses connected now: only then are requests' deliveries
         # watched for reply subjects to grant (see route), so that others pay nothing.
         self.responders = 0
-        self.auth = Authenticator(self.options)
+        self.auth = Authenticator(self.options, self.accounts)
         self.bcrypt = Bcrypt()
+
+    @property
+    def sublist(self) -> Sublist:
+        """The global account's subject index (the only one without accounts)."""
+        return self.accounts.global_account.sublist
 
     # -- lifecycle -----------------------------------------------------------
     async def start(self, announce: bool = True) -> None:
@@ -170,7 +176,7 @@ class Server:
 
     def set_auth(self) -> None:
         """Build the users and permissions from the options again (on reload)."""
-        self.auth = Authenticator(self.options)
+        self.auth = Authenticator(self.options, self.accounts)
 
     def build_info(self) -> None:
         """The INFO fields every client gets, from the options (again after a reload)."""
@@ -386,7 +392,18 @@ class Server:
         else:
             self.total_connections += 1
         self.clients[client.cid] = client
+        client.account.connections += 1
         return True
+
+    def move_to_account(self, client: ClientConnection, account: Account) -> None:
+        """Bind a client that has logged in (it has no subscriptions yet) to `account`;
+        closes it when the account has all the connections its limits allow."""
+        client.account.connections -= 1
+        client.account = account
+        account.connections += 1
+        limit = account.limits.max_connections
+        if limit >= 0 and not client.internal and account.connections > limit:
+            client.close_with_error(TOO_MANY_ACCOUNT_CONNECTIONS, "account max connections")
 
     def dial_internal(self, protocol: asyncio.Protocol) -> asyncio.Transport:
         """Connect an in-process client (the embedded streaming server) to this server
@@ -419,6 +436,7 @@ class Server:
     def unregister(self, client: ClientConnection) -> None:
         if self.clients.pop(client.cid, None) is None:
             return
+        client.account.connections -= 1
         if client.cid not in self.internal:
             self.retire(client)
         if self.monitor is not None and client.cid not in self.internal:
@@ -437,20 +455,21 @@ class Server:
         client.subs.clear()
         for sub in subs:
             sub.closed = True  # delivery skips it from now on, wherever it still is
-        self.drop_subs(subs)
+        self.drop_subs(subs, client.account)
 
-    def drop_subs(self, subs: list[Subscription]) -> None:
-        """Take subscriptions of a closed connection (client or route) out of the index."""
+    def drop_subs(self, subs: list[Subscription], account: Account) -> None:
+        """Take subscriptions of a closed connection (client or route) out of `account`'s
+        index."""
         if subs:
-            self._drop_subs(subs, 0)
+            self._drop_subs(subs, 0, account.sublist)
 
-    def _drop_subs(self, subs: list[Subscription], start: int) -> None:
+    def _drop_subs(self, subs: list[Subscription], start: int, sublist: Sublist) -> None:
         """Take a closed connection's subscriptions out of the index, a chunk per loop turn:
         tens of thousands of them never hold up the other clients."""
         end = start + DROP_CHUNK
-        self.sublist.remove_batch(subs[start:end])
+        sublist.remove_batch(subs[start:end])
         if end < len(subs):
-            self.loop.call_soon(self._drop_subs, subs, end)
+            self.loop.call_soon(self._drop_subs, subs, end, sublist)
 
     # -- routing -------------------------------------------------------------
     def route(
@@ -461,18 +480,23 @@ class Server:
         frame: Frame,
         plain_frame: Frame | None,
         trace: MsgTrace | None = None,
-    ) -> None:
-        """Deliver one message to every matching subscription and one member per queue group.
+        account: Account | None = None,
+        forward: bool = True,
+        hops: int = 0,
+    ) -> bool:
+        """Deliver one message to every matching subscription and one member per queue group
+        of `account` (the publisher's unless given); True if it went anywhere.
 
         `plain_frame` is the message as MSG without headers, for receivers that did not
         announce header support (None when `frame` has no headers). A traced message is
         delivered through `trace`, which records each egress (see msgtrace.py). `pub` is
-        None for the server's own messages (trace events).
+        None for the server's own messages (trace events). A message an import carried
+        here (accounts.py) has crossed `hops` relays, and goes to the routes if `forward`.
         """
         deliver = self.deliver if trace is None else trace.deliver
         if reply and self.responders and (trace is None or not trace.only):
             deliver = granting(deliver, reply)
-        sublist = self.sublist
+        sublist = (account or pub.account).sublist  # type: ignore[union-attr]
         result = sublist.cache.get(subject) or sublist.compute(subject)
         plain, groups, remote = result
         delivered = False
@@ -482,12 +506,19 @@ class Server:
         for group in groups:
             if self._deliver_one(pub, group, frame, plain_frame, deliver):
                 delivered = True
-        if remote is not None and self.cluster is not None:
-            # Other servers' interest: each route gets the message once (cluster/).
-            if self.cluster.forward(pub, subject, reply, frame, plain_frame, remote, deliver):
-                delivered = True
-        if not delivered and reply and pub is not None and pub.no_responders:
+        if remote is not None:
+            if remote.relays and hops < MAX_RELAY_HOPS:
+                for sub in remote.relays:
+                    if sub.client.carry(pub, subject, reply, frame, plain_frame, hops + 1):
+                        delivered = True
+            if forward and self.cluster is not None and (remote.plain or remote.groups):
+                # Other servers' interest: each route gets the message once (cluster/).
+                if self.cluster.forward(pub, subject, reply, frame, plain_frame, remote,
+                                        deliver, account or pub.account):  # type: ignore[union-attr]
+                    delivered = True
+        if not delivered and reply and not hops and pub is not None and pub.no_responders:
             pub.no_responders_reply(subject, reply)
+        return delivered
 
     def route_from(
         self,
@@ -498,8 +529,10 @@ class Server:
         plain_frame: Frame | None,
         queues: Container[bytes] = (),
         direct: Subscription | None = None,
+        account: Account | None = None,
     ) -> None:
-        """Deliver a message that came over a route: to local subscribers only (one hop).
+        """Deliver a message that came over a route in `account` (the global one unless
+        given): to local subscribers only (one hop).
 
         Plain subscribers get it unless `direct` is given; of the queue groups only those
         named in `queues` get it (the sending server chose this server for them), or just
@@ -511,11 +544,16 @@ class Server:
             if deliver(route, direct, frame, plain_frame):
                 return
             queues = (direct.queue,)  # gone meanwhile: another member of its group here
-        result = self.sublist.cache.get(subject) or self.sublist.compute(subject)
+        sublist = (account or self.accounts.global_account).sublist
+        result = sublist.cache.get(subject) or sublist.compute(subject)
         plain, groups, remote = result
         if direct is None:
             for sub in plain:
                 deliver(route, sub, frame, plain_frame)
+        if remote is not None and remote.relays and direct is None:
+            for sub in remote.relays:
+                if sub.client.routed:  # a service import's requests are relayed where made
+                    sub.client.carry(route, subject, reply, frame, plain_frame, 1)
         if not queues:
             return
         for group in groups:

@@ -65,15 +65,17 @@ class RemoteInterest:
     (the first in match order); `groups` the queue groups with a member on another server,
     each with all its members, a route's repeated by its weight (the members it stands for),
     so that picking one at random picks each member of the cluster alike, as the reference
-    does."""
+    does. `relays`: subscriptions that carry the message into another account (accounts.py)."""
 
-    __slots__ = ("plain", "groups")
+    __slots__ = ("plain", "groups", "relays")
 
     def __init__(
-        self, plain: tuple[Subscription, ...], groups: tuple[tuple[Subscription, ...], ...]
+        self, plain: tuple[Subscription, ...], groups: tuple[tuple[Subscription, ...], ...],
+        relays: tuple[Subscription, ...] = (),
     ) -> None:
         self.plain = plain
         self.groups = groups
+        self.relays = relays
 
 
 def split_remote(
@@ -82,9 +84,13 @@ def split_remote(
     """A result from subscriptions of which some are remote (their client is a route)."""
     local: list[Subscription] = []
     routes: dict[Any, Subscription] = {}
+    relays: list[Subscription] = []
     for sub in plain:
-        if sub.client.is_route:
-            routes.setdefault(sub.client, sub)
+        client = sub.client
+        if client.is_route:
+            routes.setdefault(client, sub)
+        elif client.is_relay:
+            relays.append(sub)
         else:
             local.append(sub)
     local_groups: list[tuple[Subscription, ...]] = []
@@ -100,7 +106,8 @@ def split_remote(
             else:
                 weighted.append(sub)
         mixed.append(tuple(weighted))
-    remote = RemoteInterest(tuple(routes.values()), tuple(mixed)) if routes or mixed else None
+    remote = (RemoteInterest(tuple(routes.values()), tuple(mixed), tuple(relays))
+              if routes or mixed or relays else None)
     if not (local or local_groups or remote):
         return EMPTY_RESULT
     return tuple(local), tuple(local_groups), remote
@@ -230,7 +237,7 @@ class Sublist:
             bucket[sub] = None
         self.count += 1
         self.inserts += 1
-        if sub.client.is_route:
+        if sub.client.is_route or sub.client.is_relay:
             self.remote_count += 1
         if sub.guard is not None:
             self.guarded += 1
@@ -309,7 +316,7 @@ class Sublist:
     def _uncount(self, sub: Subscription) -> None:
         self.count -= 1
         self.removes += 1
-        if sub.client.is_route:
+        if sub.client.is_route or sub.client.is_relay:
             self.remote_count -= 1
         if sub.guard is not None:
             self.guarded -= 1

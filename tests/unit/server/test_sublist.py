@@ -17,6 +17,7 @@ class Conn(SimpleNamespace):
 
     __hash__ = object.__hash__
     __eq__ = object.__eq__
+    is_relay = False
 
 
 LOCAL = Conn(is_route=False)

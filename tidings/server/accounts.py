@@ -1,0 +1,318 @@
+"""Accounts: isolated subject spaces, and what crosses between them.
+
+Every connection belongs to one account, and each account has its own subject index, so a
+subject in account A is not the same subject in account B. Without accounts configured
+there is one, the global account `$G`, and nothing here costs anything per message.
+
+Only exports and imports cross, as in nats-server:
+- a stream import puts a subscription in the exporting account on the imported subject;
+  what it receives is published again in the importing account, under the import's prefix
+  or `to` subject (the message's reply subject is kept);
+- a service import puts a subscription in the importing account on the local subject; a
+  request it receives is published in the exporting account on the exported subject, with
+  its reply subject replaced by a fresh `_R_.<prefix>.<id>` of the exporting account that
+  maps back to the requester's reply (once for a Singleton, until the response threshold
+  has passed since the last response for a Stream or Chunked export).
+
+Such subscriptions are ordinary subscriptions of the index whose client is a `Relay`; the
+index keeps them apart from local ones (sublist.RemoteInterest.relays), so that the cluster
+announces the interest they stand for and the routing path only looks at them when some
+exist for the subject.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..config.accounts import (
+    AccountConfig,
+    AccountLimits,
+    ServiceExport,
+    ServiceImport,
+    StreamExport,
+    StreamImport,
+)
+from ..protocol.subjects import is_subset
+from ..protocol.transform import Transform, prefixed
+from .sublist import Sublist, Subscription
+
+if TYPE_CHECKING:
+    from .connection import Connection, Frame
+    from .server import Server
+
+log = logging.getLogger("tidings.server")
+
+GLOBAL_ACCOUNT = "$G"
+SYSTEM_ACCOUNT = "$SYS"
+_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+# How many relays a message may cross (an import of an import ...): a cycle ends here.
+MAX_RELAY_HOPS = 8
+# Response maps checked for expiry per sweep (the threshold timer), at most.
+SWEEP_BATCH = 10_000
+
+
+def _random_token(n: int) -> str:
+    return "".join(secrets.choice(_DIGITS) for _ in range(n))
+
+
+class Account:
+    """One account: its name, its subject index, its limits, what it exports."""
+
+    __slots__ = ("name", "sublist", "limits", "exports", "connections", "reply_prefix",
+                 "responses", "response_relay", "config", "system", "rmsg", "hmsg")
+
+    def __init__(self, name: str, config: AccountConfig | None = None) -> None:
+        self.name = name
+        # How a route names a message of this account (route.py).
+        self.rmsg = b"RMSG " + name.encode() + b" "
+        self.hmsg = b"HMSG " + name.encode() + b" "
+        self.config = config
+        self.sublist = Sublist()
+        self.limits: AccountLimits = config.limits if config is not None else AccountLimits()
+        self.exports: list[StreamExport | ServiceExport] = list(config.exports) if config else []
+        self.connections = 0  # its clients connected now (max_connections)
+        self.system = False
+        # Service responses: the prefix of the reply subjects made here, and where each goes.
+        self.reply_prefix = b""
+        self.responses: dict[bytes, Response] = {}
+        self.response_relay: Subscription | None = None
+
+    def __repr__(self) -> str:
+        return f"Account({self.name!r})"
+
+    def export_for(self, kind: type, subject: str, importer: str) -> Any:
+        """The export of `kind` that lets account `importer` import `subject`, or None."""
+        for export in self.exports:
+            if isinstance(export, kind) and is_subset(subject, export.subject) and (
+                    not export.accounts or importer in export.accounts):
+                return export
+        return None
+
+
+class Response:
+    """Where a response to a request relayed by a service import goes."""
+
+    __slots__ = ("dest", "reply", "singleton", "threshold", "last")
+
+    def __init__(self, dest: Account, reply: bytes, singleton: bool, threshold: float) -> None:
+        self.dest = dest
+        self.reply = reply
+        self.singleton = singleton
+        self.threshold = threshold
+        self.last = time.monotonic()
+
+
+class Relay:
+    """The client of a subscription that carries messages into another account: what the
+    routing path calls (`carry`) instead of delivering to a connection."""
+
+    is_route = False
+    is_relay = True
+    closed = False
+    echo = True
+    name = ""
+
+    __slots__ = ("cid", "carry", "routed")
+
+    def __init__(self, cid: int, carry: Callable[..., bool], routed: bool) -> None:
+        self.cid = cid
+        # carry(pub, subject, reply, frame, plain_frame, hops) -> delivered anywhere
+        self.carry = carry
+        # Whether it carries messages that came over a route too: a stream import's and a
+        # response's do; a service import's requests are relayed on the server they entered.
+        self.routed = routed
+
+
+def reframe(frame: Frame, subject: bytes, new_subject: bytes) -> Frame:
+    """`frame` (whose head ends with `subject`) for `new_subject`."""
+    head, tail, big, size = frame
+    return head[: len(head) - len(subject)] + new_subject, tail, big, size
+
+
+def rereply(frame: Frame, reply: bytes | None, new_reply: bytes | None) -> Frame:
+    """`frame` (whose tail starts with `reply` and a space, if any) with `new_reply`."""
+    head, tail, big, size = frame
+    if reply:
+        tail = tail[len(reply) + 1:]
+    if new_reply:
+        tail = new_reply + b" " + tail
+    return head, tail, big, size
+
+
+class Accounts:
+    """The server's accounts by name, built from the options (`$G` always; the system
+    account when configured), with the relays their imports need."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.by_name: dict[str, Account] = {}
+        self.global_account = self._add(Account(GLOBAL_ACCOUNT))
+        self.relays: list[tuple[Account, Subscription]] = []
+        self.hops = 0  # relays crossed by the message being routed now
+        self.watchers: list[Callable[[Account], None]] = []
+        self._sweeper: Any = None
+        auth = server.options.auth
+        configs: dict[str, AccountConfig] = getattr(auth, "accounts", None) or {}
+        for name, config in configs.items():
+            self._add(Account(name, config))
+        system = getattr(auth, "system_account", "") or ""
+        if system and system in self.by_name:
+            self.by_name[system].system = True
+        self.system_name = system
+        for account in list(self.by_name.values()):
+            if account.config is not None:
+                for imp in account.config.imports:
+                    self._import(account, imp)
+
+    @property
+    def configured(self) -> bool:
+        """Whether there is more than the global account."""
+        return len(self.by_name) > 1
+
+    def _add(self, account: Account) -> Account:
+        self.by_name[account.name] = account
+        return account
+
+    def get(self, name: str) -> Account | None:
+        return self.by_name.get(name or GLOBAL_ACCOUNT)
+
+    def __iter__(self) -> Any:
+        return iter(self.by_name.values())
+
+    def watch(self, watcher: Callable[[Account], None]) -> None:
+        """Call `watcher` with every account now (and each one added later)."""
+        self.watchers.append(watcher)
+        for account in self.by_name.values():
+            watcher(account)
+
+    # -- imports -----------------------------------------------------------------
+    def _relay_sub(self, where: Account, subject: bytes, carry: Callable[..., bool],
+                   routed: bool = True) -> Subscription:
+        relay = Relay(self.server.next_cid(), carry, routed)
+        sub = Subscription(relay, subject, None, b"relay")
+        where.sublist.insert(sub)
+        self.relays.append((where, sub))
+        return sub
+
+    def _import(self, account: Account, imp: StreamImport | ServiceImport) -> None:
+        source = self.by_name.get(imp.account)
+        if source is None:
+            log.warning("account %s: import from unknown account %s ignored", account.name,
+                        imp.account)
+            return
+        if isinstance(imp, StreamImport):
+            self._stream_import(account, source, imp)
+        else:
+            self._service_import(account, source, imp)
+
+    def _stream_import(self, account: Account, source: Account, imp: StreamImport) -> None:
+        if source.export_for(StreamExport, imp.subject, account.name) is None:
+            log.warning("account %s: stream import %r not authorized by %s", account.name,
+                        imp.subject, source.name)
+            return
+        subject = imp.subject.encode()
+        if imp.prefix:
+            transform: Transform | None = prefixed(imp.prefix.encode())
+        elif imp.to and imp.to != imp.subject:
+            transform = Transform(subject, imp.to.encode())
+        else:
+            transform = None
+        route = self.server.route
+
+        def carry(pub: Connection | None, subj: bytes, reply: bytes | None, frame: Frame,
+                  plain: Frame | None, hops: int) -> bool:
+            if transform is not None:
+                new = transform.apply(subj)
+                frame = reframe(frame, subj, new)
+                if plain is not None:
+                    plain = reframe(plain, subj, new)
+                subj = new
+            # Not to the routes: each server carries the exporter's messages to its own
+            # subscribers (the relay's interest in the exporting account brings them there).
+            return route(pub, subj, reply, frame, plain, None, account, False, hops)
+
+        self._relay_sub(source, subject, carry)
+
+    def _service_import(self, account: Account, source: Account, imp: ServiceImport) -> None:
+        export = source.export_for(ServiceExport, imp.subject, account.name)
+        if export is None:
+            log.warning("account %s: service import %r not authorized by %s", account.name,
+                        imp.subject, source.name)
+            return
+        remote = imp.subject.encode()
+        local = (imp.to or imp.subject).encode()
+        transform = Transform(local, remote) if local != remote else None
+        singleton = export.response_type == "Singleton"
+        threshold = export.response_threshold
+        route = self.server.route
+
+        def carry(pub: Connection | None, subj: bytes, reply: bytes | None, frame: Frame,
+                  plain: Frame | None, hops: int) -> bool:
+            new = transform.apply(subj) if transform is not None else subj
+            if new != subj:
+                frame = reframe(frame, subj, new)
+                if plain is not None:
+                    plain = reframe(plain, subj, new)
+            if reply:
+                mapped = self._response_reply(source, account, reply, singleton, threshold)
+                frame = rereply(frame, reply, mapped)
+                if plain is not None:
+                    plain = rereply(plain, reply, mapped)
+                reply = mapped
+            return route(pub, new, reply, frame, plain, None, source, True, hops)
+
+        self._relay_sub(account, local, carry, routed=False)
+
+    # -- service responses ------------------------------------------------------------
+    def _response_reply(self, source: Account, dest: Account, reply: bytes, singleton: bool,
+                        threshold: float) -> bytes:
+        """A new reply subject of `source` whose responses go to `reply` in `dest`."""
+        if not source.reply_prefix:
+            source.reply_prefix = b"_R_." + _random_token(6).encode() + b"."
+            source.response_relay = self._relay_sub(
+                source, source.reply_prefix + b">", lambda *a: self._respond(source, *a))
+        mapped = source.reply_prefix + _random_token(6).encode()
+        source.responses[mapped] = Response(dest, reply, singleton, threshold)
+        if self._sweeper is None:
+            self._sweeper = self.server.loop.call_later(1.0, self._sweep)
+        return mapped
+
+    def _respond(self, source: Account, pub: Connection | None, subj: bytes,
+                 reply: bytes | None, frame: Frame, plain: Frame | None, hops: int) -> bool:
+        response = source.responses.get(subj)
+        if response is None:
+            return False
+        if response.singleton:
+            del source.responses[subj]
+        else:
+            response.last = time.monotonic()
+        new = response.reply
+        frame = reframe(frame, subj, new)
+        if plain is not None:
+            plain = reframe(plain, subj, new)
+        return self.server.route(pub, new, reply, frame, plain, None, response.dest, True, hops)
+
+    def _sweep(self) -> None:
+        """Forget responses whose threshold has passed (a requester that never got one)."""
+        self._sweeper = None
+        now = time.monotonic()
+        left = 0
+        for account in self.by_name.values():
+            responses = account.responses
+            if not responses:
+                continue
+            for reply, response in list(responses.items())[:SWEEP_BATCH]:
+                if now - response.last > response.threshold:
+                    del responses[reply]
+            left += len(responses)
+        if left:
+            self._sweeper = self.server.loop.call_later(1.0, self._sweep)
+
+    def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
