@@ -10,7 +10,10 @@ jwt library does); the signature is ed25519 by the public NKey named in `iss`, o
 - `decode(token, now)` returns OperatorClaims, AccountClaims, UserClaims or
   ActivationClaims, or raises `JwtError` (a ValueError) saying what is wrong: the format,
   the signature, the kind of key that signed, the claim type, the times (`exp`, `nbf`), or
-  a field the reference's validation refuses (a CIDR, a time range, a key...).
+  a field the reference's validation refuses (`problems`: a CIDR, a time range, a zone, a
+  permission subject, a key, an import/export type or count, an operator URL...; not
+  checked: the activation tokens inside imports, export response types and latency,
+  mapping weights, external authorization keys).
 - `is_revoked`, `user_allowed_now` (`times`, `times_location`), `connect_window`,
   `source_allowed` (`src`): the server's checks at CONNECT; `AccountClaims.signer_scope`:
   whether a key may sign the account's users, and the scope (template) it imposes.
@@ -333,6 +336,8 @@ def _json_object(chunk: str, what: str) -> dict[str, Any]:
         value = json.loads(data)
     except ValueError as e:  # UnicodeDecodeError and JSONDecodeError among them
         raise JwtError(f"the {what} is not JSON ({e})") from None
+    except RecursionError:
+        raise JwtError(f"the {what} is nested too deeply") from None
     if not isinstance(value, dict):
         raise JwtError(f"the {what} is not a JSON object")
     return value
@@ -904,15 +909,16 @@ _DECORATED = re.compile(
 
 
 def read_creds(text: str) -> tuple[str, str]:
-    """The user JWT and NKey seed of a `.creds` file (the first and second decorated
-    blocks; without blocks, the whole text is the JWT and the seed a line starting with
-    SU, SA or SO, as the reference's library reads it)."""
+    """The user JWT and NKey seed of a `.creds` file: the first and second decorated
+    blocks, as the reference's library reads them; without blocks, the first line holding
+    a JWT and the first holding a seed (SU, SA or SO) (where the library would take the
+    whole text as the JWT)."""
     blocks = [m.group(1) for m in _DECORATED.finditer(text)]
-    token = blocks[0] if blocks else text.strip()
+    lines = [line.strip() for line in text.splitlines()]
+    token = blocks[0] if blocks else next((s for s in lines if s.startswith("eyJ")), "")
     if len(blocks) > 1:
         seed = blocks[1]
     else:
-        lines = (line.strip() for line in text.splitlines())
         seed = next((s for s in lines if s[:2] in ("SU", "SA", "SO")), "")
     if not token or not token.startswith("eyJ"):
         raise JwtError("no JWT found in the credentials")
