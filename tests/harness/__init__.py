@@ -10,6 +10,8 @@
 - ports.py: `refused_port`, a port that refuses connections;
 - rawnats.py, wsframes.py: raw-socket NATS and WebSocket clients (exact bytes out, exact
   bytes back) for protocol tests;
+- jwts.py: NKeys and NATS JWTs (operator, account, user) for operator-mode tests, `.creds`
+  files, and a configuration trusting an operator;
 - fixtures.py: the fixtures (tidings_factory, reference_factory, any_server,
   proxy_factory, refused_port, ...), loaded by tests/conftest.py.
 
