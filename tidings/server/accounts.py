@@ -159,19 +159,17 @@ class Accounts:
         configs: dict[str, AccountConfig] = getattr(auth, "accounts", None) or {}
         for name, config in configs.items():
             self._add(Account(name, config))
-        system = getattr(auth, "system_account", "") or ""
-        if system and system in self.by_name:
-            self.by_name[system].system = True
-        self.system_name = system
+        # Accounts of the configuration (or operator mode): the routes then name them all.
+        self.configured = bool(configs)
+        # The system account: the one named, else `$SYS`, made if the configuration has
+        # no such account (as the reference does unless no_system_account).
+        name = getattr(auth, "system_account", "") or SYSTEM_ACCOUNT
+        self.system_account = self.by_name.get(name) or self._add(Account(name))
+        self.system_account.system = True
         for account in list(self.by_name.values()):
             if account.config is not None:
                 for imp in account.config.imports:
                     self._import(account, imp)
-
-    @property
-    def configured(self) -> bool:
-        """Whether there is more than the global account."""
-        return len(self.by_name) > 1
 
     def _add(self, account: Account) -> Account:
         self.by_name[account.name] = account
@@ -316,3 +314,61 @@ class Accounts:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
+
+
+# -- the server's own subscriptions and messages ---------------------------------------------
+Handler = Callable[[bytes, "bytes | None", "bytes | None", bytes], None]
+
+
+def frame_message(frame: Frame) -> tuple[bytes | None, bytes]:
+    """(headers or None, payload) of a MSG/HMSG frame (as routing carries it)."""
+    head, tail, big, _ = frame
+    eol = tail.index(b"\r\n")
+    if big is not None:
+        data = big
+    else:
+        data = tail[eol + 2:-2]
+    if not head.startswith(b"HMSG "):
+        return None, data
+    sizes = tail[:eol].rsplit(b" ", 2)
+    hdr_len = int(sizes[-2])
+    return data[:hdr_len], data[hdr_len:]
+
+
+def subscribe_internal(accounts: Accounts, account: Account, subject: bytes,
+                       handler: Handler, routed: bool = True) -> Subscription:
+    """A subscription of the server itself in `account`: `handler(subject, reply, headers,
+    payload)` for each message (also one that came over a route, if `routed`)."""
+    def carry(pub: Connection | None, subj: bytes, reply: bytes | None, frame: Frame,
+              plain: Frame | None, hops: int) -> bool:
+        headers, payload = frame_message(frame)
+        try:
+            handler(subj, reply, headers, payload)
+        except Exception:  # a defect in a handler must not reach the publisher's read
+            log.exception("internal subscription on %r failed", subj)
+        return True
+
+    return accounts._relay_sub(account, subject, carry, routed)
+
+
+def unsubscribe_internal(accounts: Accounts, account: Account, sub: Subscription) -> None:
+    sub.closed = True
+    account.sublist.remove(sub)
+    accounts.relays = [(a, s) for a, s in accounts.relays if s is not sub]
+
+
+def publish_internal(server: Server, account: Account, subject: bytes, payload: bytes,
+                     headers: bytes | None = None, reply: bytes | None = None) -> bool:
+    """Publish a message of the server's own in `account` (to the routes too)."""
+    from .connection import msg_frame
+
+    if headers is None:
+        frame = msg_frame(b"MSG ", subject, reply, payload)
+        plain = None
+    else:
+        frame = msg_frame(b"HMSG ", subject, reply, headers + payload, len(headers))
+        plain = msg_frame(b"MSG ", subject, reply, payload)
+    delivered = server.route(None, subject, reply, frame, plain, None, account)
+    if server.reader is None:
+        server.flush()
+    return delivered
