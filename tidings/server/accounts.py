@@ -154,6 +154,8 @@ class Accounts:
         self.relays: list[tuple[Account, Subscription]] = []
         self.hops = 0  # relays crossed by the message being routed now
         self.watchers: list[Callable[[Account], None]] = []
+        # Finds an account the configuration does not list (operator mode: its JWT).
+        self.lookup: Callable[[str], Account | None] | None = None
         self._sweeper: Any = None
         auth = server.options.auth
         configs: dict[str, AccountConfig] = getattr(auth, "accounts", None) or {}
@@ -178,6 +180,24 @@ class Accounts:
     def get(self, name: str) -> Account | None:
         return self.by_name.get(name or GLOBAL_ACCOUNT)
 
+    def find(self, name: str) -> Account | None:
+        """The account `name`, also one not loaded yet that `lookup` can find."""
+        account = self.by_name.get(name or GLOBAL_ACCOUNT)
+        if account is None and self.lookup is not None:
+            account = self.lookup(name)
+        return account
+
+    def add(self, account: Account) -> Account:
+        """An account found after start (operator mode): watched, its imports wired."""
+        self._add(account)
+        self.configured = True
+        for watcher in self.watchers:
+            watcher(account)
+        if account.config is not None:
+            for imp in account.config.imports:
+                self._import(account, imp)
+        return account
+
     def __iter__(self) -> Any:
         return iter(self.by_name.values())
 
@@ -197,7 +217,7 @@ class Accounts:
         return sub
 
     def _import(self, account: Account, imp: StreamImport | ServiceImport) -> None:
-        source = self.by_name.get(imp.account)
+        source = self.find(imp.account)
         if source is None:
             log.warning("account %s: import from unknown account %s ignored", account.name,
                         imp.account)

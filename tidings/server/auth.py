@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from ..config.server import ServerOptions
     from .accounts import Account, Accounts
     from .client import ClientConnection
+    from .operator import OperatorAuth
 
 log = logging.getLogger("tidings.server")
 
@@ -225,6 +226,9 @@ class Login:
     nkey: str = ""
     listed: bool = False  # one of the users (or nkeys) array's
     account: Account | None = None  # the account it belongs to (None: the global one)
+    expires: float = 0.0  # when its credentials expire (Unix time; 0: never)
+    max_subs: int = -1  # subscriptions per connection (-1: no limit)
+    max_payload: int = -1  # below the server's max_payload (-1: no limit of its own)
 
 
 ANONYMOUS = Login()
@@ -319,9 +323,17 @@ class Authenticator:
                 self.users[user.name] = (user, Login(user.name, rights, listed=True,
                                                      account=account))
         self.required = options.auth_required
+        # Operator mode: users are JWTs signed for accounts the operator signed.
+        self.operator: OperatorAuth | None = None
+        operator = getattr(options, "operator", None)
+        if operator is not None and operator.claims and accounts is not None:
+            from .operator import OperatorAuth
+
+            self.operator = OperatorAuth(accounts, operator)
+            self.required = True
         ws = options.websocket
         self.ws_override = ws is not None and bool(ws.user or ws.token or ws.no_auth_user)
-        self.nonce_required = bool(self.nkeys)
+        self.nonce_required = bool(self.nkeys) or self.operator is not None
         self.tls_map = options.tls is not None and options.tls.verify_and_map
         self.ws_tls_map = bool(ws and ws.tls and ws.tls.verify_and_map)
 
@@ -339,6 +351,8 @@ class Authenticator:
         or None (refused)."""
         if not self.required_for(conn):
             return ANONYMOUS
+        if self.operator is not None:
+            return self.operator.check(conn, connect)
         opts, ws = self.options, conn.websocket and self.ws_override
         wso = opts.websocket
         if ws and wso is not None:

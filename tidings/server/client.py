@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import random
+import time
 from typing import TYPE_CHECKING, Any
 
 from ..config.server import MAX_PAYLOAD_LIMIT
@@ -18,7 +19,9 @@ from ..protocol.errors import (
     AUTHORIZATION_VIOLATION,
     INVALID_CLIENT_PROTOCOL,
     INVALID_SUBJECT,
+    MAX_SUBSCRIPTIONS_EXCEEDED,
     NO_RESPONDERS_REQUIRES_HEADERS,
+    USER_AUTHENTICATION_EXPIRED,
     ProtocolError,
 )
 from ..protocol.parser import ClientOpParser
@@ -127,7 +130,7 @@ class ClientConnection(Connection):
     __slots__ = (
         "verbose", "pedantic", "no_responders", "protocol", "lang", "version", "credentials",
         "first_pong_sent", "websocket", "tls_identities", "nonce", "login", "rights",
-        "replies", "internal",
+        "replies", "internal", "max_subs", "expiry_timer",
     )
 
     def __init__(self, server: Server) -> None:
@@ -158,6 +161,8 @@ class ClientConnection(Connection):
         # An in-process client of this server (Server.dial_internal): the process's own
         # identity, which no authentication, permission or TLS requirement applies to.
         self.internal = False
+        self.max_subs = -1  # subscriptions it may have (its JWT's or account's; -1: any)
+        self.expiry_timer: asyncio.TimerHandle | None = None  # its credentials expire
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.accepted(transport)
@@ -204,6 +209,7 @@ class ClientConnection(Connection):
         return super().past_max_pending()
 
     def gone(self) -> None:
+        self.gone_timers()
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s - Client connection closed", self.describe())
         self.server.unregister(self)
@@ -292,6 +298,7 @@ class ClientConnection(Connection):
         if login.account is not self.account and login.account is not None:
             self.server.move_to_account(self, login.account)
             self.parser.watch_interest((self.account.sublist.cache, EMPTY_RESULT))
+        self._limit(login)
         rights = self.rights = login.rights
         checked = rights is not None and rights.limits_publish
         # The parser's compiled path skips publishes nobody listens to: a client whose
@@ -305,6 +312,29 @@ class ClientConnection(Connection):
         elif self.replies is None or self.replies.limits != responses:
             self.replies = Replies(responses)
         self.server.responders += (self.replies is not None) - had
+
+    def _limit(self, login: Login) -> None:
+        """The login's own limits: subscriptions, payload, and when it expires."""
+        self.max_subs = login.max_subs
+        if login.max_payload >= 0 and not self.internal:
+            self.parser.max_payload = min(self.server.options.max_payload, login.max_payload)
+        if self.expiry_timer is not None:
+            self.expiry_timer.cancel()
+            self.expiry_timer = None
+        if login.expires:
+            delay = max(0.0, login.expires - time.time())
+            self.expiry_timer = self.server.loop.call_later(delay, self._credentials_expired)
+
+    def _credentials_expired(self) -> None:
+        self.expiry_timer = None
+        if not self.closed:
+            self.close_reason = "Authentication Expired"
+            self.close_with_error(USER_AUTHENTICATION_EXPIRED, "credentials expired")
+
+    def gone_timers(self) -> None:
+        if self.expiry_timer is not None:
+            self.expiry_timer.cancel()
+            self.expiry_timer = None
 
     def on_ping(self) -> None:
         self.queue(PONG)
@@ -326,6 +356,10 @@ class ClientConnection(Connection):
                     return
                 if has_wildcard(subject):
                     guard = rights.may_receive
+            if 0 <= self.max_subs <= len(self.subs):
+                log.error("%s - %s", self.describe(), MAX_SUBSCRIPTIONS_EXCEEDED)
+                self.send_err(MAX_SUBSCRIPTIONS_EXCEEDED)
+                return
             sub = Subscription(self, subject, queue, sid)
             sub.guard = guard
             self.subs[sid] = sub
