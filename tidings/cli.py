@@ -53,6 +53,9 @@ def _cmd_server(args: argparse.Namespace) -> int:
             raise ValueError("-t needs a configuration file (-c FILE)")
         print(f"tidings-server: configuration file {args.config} is valid")
         return 0
+    from .config.server import refuse_accounts
+
+    refuse_accounts(options)  # issue 23: until the server builds accounts
     _setup_logging(options.no_log, options.debug, options.trace, options.logtime,
                    options.log_file, options.log_size_limit)
     install_uvloop()
@@ -74,6 +77,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
             from .config.server import load_server_config
 
             new = options_from_args(args, load_server_config(args.config)[0])
+            refuse_accounts(new)  # issue 23: until the server builds accounts
             _setup_logging(new.no_log, new.debug, new.trace, new.logtime, new.log_file,
                            new.log_size_limit)
             return new
