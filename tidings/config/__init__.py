@@ -1,6 +1,6 @@
 """The nats-server configuration file format, shared by the core server and streaming; the
 units of the options (`units`)."""
 
-from .parser import ConfigError, Section, load, parse
+from .parser import Array, ConfigError, Section, load, parse
 
-__all__ = ["ConfigError", "Section", "load", "parse"]
+__all__ = ["Array", "ConfigError", "Section", "load", "parse"]

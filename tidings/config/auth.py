@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..protocol.subjects import is_valid_subject
 from .parser import ConfigError, Section
 from .units import file_duration
+
+if TYPE_CHECKING:
+    from .accounts import AccountConfig
 
 # As the reference's DEFAULT_ALLOW_RESPONSE_MAX_MSGS and DEFAULT_ALLOW_RESPONSE_EXPIRATION.
 RESPONSE_MAX_MSGS = 1
@@ -46,8 +49,10 @@ class Permissions:
 
 @dataclass(frozen=True)
 class User:
-    """One entry of `authorization { users = [...] }`: a name and password (plain or a bcrypt
-    hash), or an NKey (a public user key, "U..."); its permissions, if any."""
+    """One entry of `authorization { users = [...] }` or of an account's `users`: a name and
+    password (plain or a bcrypt hash), or an NKey (a public user key, "U..."); its
+    permissions, if any (an account's default_permissions are already applied); the account
+    it belongs to ("": the global account, $G)."""
 
     name: str = ""
     password: str = ""
@@ -59,12 +64,16 @@ class User:
 
 @dataclass
 class AuthOptions:
-    """The users of `authorization { users = [...] }` (and top-level `nkeys`), the default
-    permissions, and the user taken by clients that send no credentials."""
+    """The users of `authorization { users = [...] }` and of the accounts (one list, each
+    user naming its account), the authorization block's default permissions, the user taken
+    by clients that send no credentials, the accounts of `accounts { }` (config/accounts.py)
+    in file order, and `system_account` ("": not configured)."""
 
     users: list[User] = field(default_factory=list)
     default_permissions: Permissions | None = None
     no_auth_user: str = ""
+    accounts: dict[str, AccountConfig] = field(default_factory=dict)
+    system_account: str = ""
 
     @property
     def configured(self) -> bool:
@@ -86,9 +95,11 @@ def _string(section: Any, key: str, value: Any) -> str:
     return value
 
 
-def parse_authorization(block: Any, changes: dict[str, Any], auth: AuthOptions) -> None:
+def parse_authorization(block: Any, changes: dict[str, Any], auth: AuthOptions,
+                        where: str = "") -> None:
     """Fill `changes` (user, password, token, auth_timeout) and `auth` (users, default
-    permissions) from an authorization block."""
+    permissions) from an authorization block; `where`: the block's key, where the reference
+    places a duplicate user (one of the block's, or of an account read before it)."""
     if not isinstance(block, dict):
         raise ValueError("expected a map")
     users: list[User] | None = None
@@ -105,7 +116,7 @@ def parse_authorization(block: Any, changes: dict[str, Any], auth: AuthOptions) 
         elif name == "timeout":
             changes["auth_timeout"] = file_duration(value)
         elif name == "users":
-            users = _users(block, key, value)
+            users = parse_users(block, key, value, identities(auth.users), where)
         elif name in ("default_permission", "default_permissions", "permissions"):
             default = parse_permissions(block, key, value)
         elif name in ("auth_callout", "auth_hook", "proxy_required"):
@@ -114,12 +125,12 @@ def parse_authorization(block: Any, changes: dict[str, Any], auth: AuthOptions) 
             raise _error(block, key, f'unknown field "{key}"')
     if (single.get("user") or single.get("password")) and single.get("token"):
         raise ConfigError(f"{_where(block)}: Cannot have a user/pass and token")
-    if users is not None:
+    if users is not None or auth.users:  # the users of accounts read before count too
         if single.get("user"):
             raise ConfigError(f"{_where(block)}: Can not have a single user/pass and a users array")
         if single.get("token"):
             raise ConfigError(f"{_where(block)}: Can not have a token and a users array")
-        auth.users = users
+        auth.users = [*auth.users, *(users or ())]
     changes.update(single)
     auth.default_permissions = default
 
@@ -130,11 +141,20 @@ def _where(block: Any) -> str:
     return "?"
 
 
-def _users(block: Any, key: str, value: Any) -> list[User]:
+def identities(users: list[User]) -> set[str]:
+    """The names and NKeys of `users`: one namespace, in which each must be unique."""
+    return {user.nkey or user.name for user in users}
+
+
+def parse_users(block: Any, key: str, value: Any, taken: set[str],
+                duplicate_at: str = "") -> list[User]:
+    """A `users` array (of the authorization block or of an account); a user or NKey that
+    is in `taken` or twice in the array is refused as the reference refuses it (at
+    `duplicate_at`, else at the array's key)."""
     if not isinstance(value, list):
         raise _error(block, key, f"Expected users field to be an array, got {value!r}")
     users: list[User] = []
-    seen: set[str] = set()
+    seen = set(taken)
     for entry in value:
         if not isinstance(entry, dict):
             raise _error(block, key, f"Expected user entry to be a map/struct, got {entry!r}")
@@ -166,14 +186,17 @@ def _users(block: Any, key: str, value: Any) -> list[User]:
         ident = nkey or user
         if ident in seen:
             what = "nkey" if nkey else "user"
-            raise _error(block, key, f'Duplicate {what} "{ident}" detected')
+            message = f'Duplicate {what} "{ident}" detected'
+            if duplicate_at:
+                raise ConfigError(f"{duplicate_at}: {message}")
+            raise _error(block, key, message)
         seen.add(ident)
         users.append(User(**fields))
     return users
 
 
 def _is_user_nkey(key: str) -> bool:
-    return user_nkey_bytes(key) is not None
+    return public_nkey_bytes(key, "U") is not None
 
 
 def _connection_types(entry: Any, key: str, value: Any) -> tuple[str, ...]:
@@ -288,7 +311,13 @@ def check_no_auth_user(auth: AuthOptions) -> None:
 def user_nkey_bytes(key: str) -> bytes | None:
     """The ed25519 public key of a user NKey ("U" + base32 of prefix, key and CRC16), or
     None when `key` is not one."""
-    if not key.startswith("U") or len(key) != 56:
+    return public_nkey_bytes(key, "U")
+
+
+def public_nkey_bytes(key: str, kind: str) -> bytes | None:
+    """The ed25519 public key of a public NKey of `kind` ("U": a user, "A": an account), or
+    None when `key` is not one."""
+    if not key.startswith(kind) or len(key) != 56:
         return None
     try:
         raw = base64.b32decode(key)
@@ -296,7 +325,8 @@ def user_nkey_bytes(key: str) -> bytes | None:
         return None
     import nkeys
 
+    prefix = nkeys.PREFIX_BYTE_USER if kind == "U" else nkeys.PREFIX_BYTE_ACCOUNT
     body, crc = raw[:-2], int.from_bytes(raw[-2:], "little")
-    if raw[0] != nkeys.PREFIX_BYTE_USER or nkeys.crc16(bytearray(body)) != crc:
+    if raw[0] != prefix or nkeys.crc16(bytearray(body)) != crc:
         return None
     return bytes(body[1:])

@@ -84,6 +84,22 @@ class Section(dict[str, Any]):
             self.files[key] = other.files.get(key, other.file)
 
 
+class Array(list[Any]):
+    """An array of the file, remembering where each value was written, as the reference
+    places them: a scalar at its first character (inside its quotes), a map or an array
+    just past its closing `}` or `]`."""
+
+    def __init__(self, file: str) -> None:
+        super().__init__()
+        self.file = file
+        self.positions: list[tuple[int, int]] = []
+
+    def where(self, index: int) -> str:
+        """"FILE:LINE:COL" of the value at `index`."""
+        line, col = self.positions[index] if index < len(self.positions) else (0, 0)
+        return f"{self.file}:{line}:{col}"
+
+
 def load(path: str | Path) -> Section:
     """Read a configuration file."""
     return _load(Path(path), 0)
@@ -406,10 +422,10 @@ class _Reader:
                 return True
             raise self.error(f"{expected}, but got {_shown(c)} instead.")
 
-    def array(self) -> list[Any]:
+    def array(self) -> Array:
         """An array, after its `[`: values separated by `,` or newlines (one trailing `,`
         allowed), up to its `]`."""
-        items: list[Any] = []
+        items = Array(self.file)
         while True:
             self.skip_spaces()
             if self.comment():
@@ -420,7 +436,14 @@ class _Reader:
             if c == "]":
                 self.pos += 1
                 return items
-            items.append(self.value())
+            start, first = self.pos, self.at()
+            value = self.value()
+            if first and first in "{[":
+                items.positions.append(self.line_col(self.pos))
+            else:
+                quoted = bool(first) and first in "'\"$"  # placed inside its quotes
+                items.positions.append(self.line_col(start + quoted))
+            items.append(value)
             if self.array_value_end():
                 return items
 

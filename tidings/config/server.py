@@ -22,8 +22,8 @@ from .auth import AuthOptions, check_no_auth_user, parse_authorization
 from .parser import ConfigError, Section, load
 from .units import file_bool, file_duration, file_monitor_port, file_port, file_size
 
-# tls.py and websocket.py are imported where a block of theirs is read or checked: a
-# server without TLS or WebSocket does not load them at start.
+# tls.py, websocket.py and accounts.py are imported where a block of theirs is read or
+# checked: a server without TLS, WebSocket or accounts does not load them at start.
 if TYPE_CHECKING:
     from .tls import TLSOptions
     from .websocket import WebSocketOptions
@@ -139,6 +139,10 @@ def check(options: ServerOptions) -> None:
         raise ValueError(f"invalid lame_duck_duration of {options.lame_duck_duration:g}s, "
                          "minimum is 30 seconds")
     check_no_auth_user(options.auth)
+    if options.auth.system_account:
+        from .accounts import check_system_account
+
+        check_system_account(options.auth)
     if options.https_port and options.http_port:
         raise ValueError(f"can't specify both HTTP ({options.http_port}) and HTTPs "
                          f"({options.https_port}) ports")
@@ -153,9 +157,10 @@ def check(options: ServerOptions) -> None:
         check_websocket(options)
 
 
+# -- not built yet --------------------------------------------------------------------------
 # -- the configuration file ----------------------------------------------------------------
 _JWT = "operator mode (JWT) is not supported"
-_ACCOUNTS = "accounts are not supported (tidings has the global account only)"
+_NO_SYSTEM = "turning the system account off is not supported"
 _JETSTREAM = "JetStream is not supported (tidings has NATS Streaming)"
 _SYSLOG = "logging to syslog is not supported"
 _TRACE = "tracing options other than trace are not supported"
@@ -170,12 +175,9 @@ UNSUPPORTED = {
     "leafnodes": "leaf nodes are not supported",
     "leaf": "leaf nodes are not supported",
     "gateway": "gateways are not supported",
-    "accounts": _ACCOUNTS,
-    "system_account": _ACCOUNTS,
-    "system": _ACCOUNTS,
-    "no_system_account": _ACCOUNTS,
-    "no_system": _ACCOUNTS,
-    "no_sys_acc": _ACCOUNTS,
+    "no_system_account": _NO_SYSTEM,
+    "no_system": _NO_SYSTEM,
+    "no_sys_acc": _NO_SYSTEM,
     **dict.fromkeys(("operator", "operators", "roots", "root", "root_operators",
                      "root_operator", "resolver", "account_resolver", "accounts_resolver",
                      "resolver_tls", "resolver_preload", "resolver_pinned_accounts",
@@ -232,13 +234,16 @@ def apply_server_config(base: ServerOptions, conf: Section) -> ServerOptions:
         name = key.lower()
         if name in UNSUPPORTED:
             raise ConfigError(f'{conf.where(key)}: "{key}": {UNSUPPORTED[name]}')
-        handler = _KEYS.get(name)
-        if handler is None:
+        placed, handler = _PLACED_KEYS.get(name), _KEYS.get(name)
+        if placed is None and handler is None:
             if key in conf.variables:
                 continue  # defined to be used as $key, as the reference allows
             raise ConfigError(f'{conf.where(key)}: unknown field "{key}"')
         try:
-            handler(changes, value)
+            if placed is not None:
+                placed(conf, key, changes)
+            elif handler is not None:
+                handler(changes, value)
         except ConfigError:
             raise  # from a nested map: it says where already
         except (TypeError, ValueError) as exc:
@@ -334,8 +339,9 @@ def _nested(section: Any, key: str, message: str) -> ConfigError:
     return ConfigError(f"{where}: {message}")
 
 
-def _authorization(changes: dict[str, Any], value: Any) -> None:
-    parse_authorization(value, changes, changes.setdefault("auth", AuthOptions()))
+def _authorization(conf: Section, key: str, changes: dict[str, Any]) -> None:
+    parse_authorization(conf[key], changes, changes.setdefault("auth", AuthOptions()),
+                        conf.where(key))
 
 
 def _no_auth_user(changes: dict[str, Any], value: Any) -> None:
@@ -386,11 +392,32 @@ def _cluster(changes: dict[str, Any], value: Any) -> None:
     changes["cluster"] = RouteURL.with_credentials(user, password, f"{host}:{port}")
 
 
+def _accounts(conf: Section, key: str, changes: dict[str, Any]) -> None:
+    from .accounts import parse_accounts
+
+    parse_accounts(conf, key, changes, changes.setdefault("auth", AuthOptions()))
+
+
+def _system_account(conf: Section, key: str, changes: dict[str, Any]) -> None:
+    if not isinstance(conf[key], str):
+        raise ConfigError(f"{conf.where(key)}: system account name must be a string")
+    changes.setdefault("auth", AuthOptions()).system_account = conf[key]
+
+
 def _websocket(changes: dict[str, Any], value: Any) -> None:
     from .websocket import parse_websocket
 
     changes["websocket"] = parse_websocket(value)
 
+
+# Keys whose handlers place some errors at the key itself, as the reference does (and
+# take the map and the key for it).
+_PLACED_KEYS: dict[str, Callable[[Section, str, dict[str, Any]], None]] = {
+    "authorization": _authorization,
+    "accounts": _accounts,
+    "system_account": _system_account,
+    "system": _system_account,
+}
 
 _KEYS: dict[str, Handler] = {
     "listen": _listen,
@@ -416,7 +443,6 @@ _KEYS: dict[str, Handler] = {
     "write_deadline": _to("write_deadline", file_duration),
     "lame_duck_duration": _to("lame_duck_duration", file_duration),
     "lame_duck_grace_period": _to("lame_duck_grace_period", file_duration),
-    "authorization": _authorization,
     "no_auth_user": _no_auth_user,
     "cluster": _cluster,
     "debug": _to("debug", file_bool),

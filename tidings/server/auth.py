@@ -313,7 +313,8 @@ class Authenticator:
         self.users: dict[str, tuple[User, Login]] = {}
         self.nkeys: dict[str, tuple[User, Login]] = {}
         for user in auth.users:
-            perms = user.permissions or default
+            # (an account's users have their account's defaults from the configuration)
+            perms = user.permissions or (default if not user.account else None)
             rights = Rights(perms) if perms is not None else None
             account = accounts.get(user.account) if accounts is not None else None
             if user.nkey:

@@ -52,6 +52,11 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
                          "keeps what it was started with (restart to change it)")
     if "websocket" in changed:
         _check_websocket(old, new)
+    if (old.auth.accounts, old.auth.system_account) != (new.auth.accounts,
+                                                        new.auth.system_account):
+        raise ValueError("config reload not supported for accounts: their exports, imports "
+                         "and limits keep what they were started with (restart to change "
+                         "them)")
     tls_context = None
     if new.tls is not None:
         from .tls import server_context
