@@ -25,6 +25,7 @@ from .units import file_bool, file_duration, file_monitor_port, file_port, file_
 # tls.py, websocket.py and accounts.py are imported where a block of theirs is read or
 # checked: a server without TLS, WebSocket or accounts does not load them at start.
 if TYPE_CHECKING:
+    from .operator import OperatorOptions
     from .tls import TLSOptions
     from .websocket import WebSocketOptions
 
@@ -78,11 +79,13 @@ class ServerOptions:
     allow_non_tls: bool = False  # with tls: plain clients too, on the same port
     https_port: int = 0
     cluster_tls: TLSOptions | None = None
+    operator: OperatorOptions | None = None  # operator mode (JWTs): config/operator.py
     websocket: WebSocketOptions | None = None
 
     @property
     def auth_required(self) -> bool:
-        return bool(self.user or self.token or self.auth.configured)
+        return bool(self.user or self.token or self.auth.configured
+                    or (self.operator is not None and self.operator.claims))
 
 
 # -- route URLs ----------------------------------------------------------------------------
@@ -139,7 +142,14 @@ def check(options: ServerOptions) -> None:
         raise ValueError(f"invalid lame_duck_duration of {options.lame_duck_duration:g}s, "
                          "minimum is 30 seconds")
     check_no_auth_user(options.auth)
-    if options.auth.system_account:
+    operator = options.operator
+    if operator is not None and operator.claims:
+        from .operator import check_operator_mode
+
+        options.auth.system_account = check_operator_mode(
+            operator, options.auth.system_account, bool(options.auth.accounts),
+            bool(options.auth.users))
+    elif options.auth.system_account:
         from .accounts import check_system_account
 
         check_system_account(options.auth)
@@ -159,7 +169,7 @@ def check(options: ServerOptions) -> None:
 
 # -- not built yet --------------------------------------------------------------------------
 # -- the configuration file ----------------------------------------------------------------
-_JWT = "operator mode (JWT) is not supported"
+_JWT = "not supported by tidings in operator mode yet"
 _NO_SYSTEM = "turning the system account off is not supported"
 _JETSTREAM = "JetStream is not supported (tidings has NATS Streaming)"
 _SYSLOG = "logging to syslog is not supported"
@@ -178,10 +188,7 @@ UNSUPPORTED = {
     "no_system_account": _NO_SYSTEM,
     "no_system": _NO_SYSTEM,
     "no_sys_acc": _NO_SYSTEM,
-    **dict.fromkeys(("operator", "operators", "roots", "root", "root_operators",
-                     "root_operator", "resolver", "account_resolver", "accounts_resolver",
-                     "resolver_tls", "resolver_preload", "resolver_pinned_accounts",
-                     "trusted", "trusted_keys", "default_sentinel"), _JWT),
+    **dict.fromkeys(("resolver_tls", "resolver_pinned_accounts", "default_sentinel"), _JWT),
     "mqtt": "MQTT is not supported",
     "mappings": "subject mappings are not supported",
     "maps": "subject mappings are not supported",
@@ -404,6 +411,26 @@ def _system_account(conf: Section, key: str, changes: dict[str, Any]) -> None:
     changes.setdefault("auth", AuthOptions()).system_account = conf[key]
 
 
+def _operator_part(part: str) -> Handler:
+    """A key of operator mode (config/operator.py), read into `changes["operator"]`."""
+    def handle(changes: dict[str, Any], value: Any) -> None:
+        from . import operator
+
+        opts = changes.get("operator")
+        if opts is None:
+            opts = changes["operator"] = operator.OperatorOptions()
+        if part == "operator":
+            opts.jwts, opts.claims = operator.parse_operators(value)
+        elif part == "resolver":
+            opts.resolver = operator.parse_resolver(value)
+        elif part == "preload":
+            opts.preload = operator.parse_preload(value)
+        else:
+            opts.trusted_keys = operator.parse_trusted(value)
+
+    return handle
+
+
 def _websocket(changes: dict[str, Any], value: Any) -> None:
     from .websocket import parse_websocket
 
@@ -460,4 +487,11 @@ _KEYS: dict[str, Handler] = {
     "streaming": lambda changes, value: None,
     "websocket": _websocket,
     "ws": _websocket,
+    **dict.fromkeys(("operator", "operators", "roots", "root", "root_operators",
+                     "root_operator"), _operator_part("operator")),
+    **dict.fromkeys(("resolver", "account_resolver", "accounts_resolver"),
+                    _operator_part("resolver")),
+    "resolver_preload": _operator_part("preload"),
+    "trusted": _operator_part("trusted"),
+    "trusted_keys": _operator_part("trusted"),
 }

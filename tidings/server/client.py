@@ -324,6 +324,10 @@ class ClientConnection(Connection):
         if login.expires:
             delay = max(0.0, login.expires - time.time())
             self.expiry_timer = self.server.loop.call_later(delay, self._credentials_expired)
+        if 0 <= self.max_subs <= len(self.subs):
+            # As the reference: a login that may have no (more) subscriptions is closed.
+            log.error("%s - %s", self.describe(), MAX_SUBSCRIPTIONS_EXCEEDED)
+            self.close_with_error(MAX_SUBSCRIPTIONS_EXCEEDED, "no subscriptions allowed")
 
     def _credentials_expired(self) -> None:
         self.expiry_timer = None

@@ -49,6 +49,7 @@ _REASONS = {
     "Maximum Payload Violation": "Maximum Payload Exceeded",
     "maximum connections exceeded": "Maximum Connections Exceeded",
     "maximum account active connections exceeded": "Maximum Account Connections Exceeded",
+    "maximum subscriptions exceeded": "Maximum Subscriptions Exceeded",
     "maximum control line exceeded": "Maximum Control Line Exceeded",
     "Unknown Protocol Operation": "Parse Error",
 }

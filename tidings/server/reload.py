@@ -52,8 +52,8 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
                          "keeps what it was started with (restart to change it)")
     if "websocket" in changed:
         _check_websocket(old, new)
-    if (old.auth.accounts, old.auth.system_account) != (new.auth.accounts,
-                                                        new.auth.system_account):
+    if (old.auth.accounts, old.auth.system_account, old.operator) != (
+            new.auth.accounts, new.auth.system_account, new.operator):
         raise ValueError("config reload not supported for accounts: their exports, imports "
                          "and limits keep what they were started with (restart to change "
                          "them)")

@@ -255,8 +255,43 @@ def start_jvm_apart(master: str, app_name: str, settings: Mapping[str, str]) -> 
     conf = SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name)
     for key, value in settings.items():
         conf.set(key, value)
-    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True,
+                                                          "stderr": subprocess.PIPE})
+    JVM_STDERR.pump(gateway.proc.stderr)
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
+
+
+class JvmStderr:
+    """What Spark's JVM (and the Python processes it starts) write to stderr, passed on to
+    ours until the pipeline stops: from then on what it says is its own shutdown (a
+    streaming source runner that loses its socket as the query stops prints a traceback),
+    which a stop asked for with Ctrl-C does not show."""
+
+    def __init__(self) -> None:
+        self.silent = False
+
+    def pump(self, stream: Any) -> None:
+        if stream is None:
+            return
+        threading.Thread(target=self._copy, args=(stream,), name="jvm-stderr",
+                         daemon=True).start()
+
+    def _copy(self, stream: Any) -> None:
+        out = getattr(sys.stderr, "buffer", None)
+        for line in iter(stream.readline, b""):
+            if self.silent:
+                continue
+            if out is not None:
+                out.write(line)
+                out.flush()
+            else:
+                sys.stderr.write(line.decode(errors="replace"))
+
+    def silence(self) -> None:
+        self.silent = True
+
+
+JVM_STDERR = JvmStderr()
 
 
 def set_shuffle_partitions(session: Any, conf: Mapping[str, str]) -> int:
@@ -570,6 +605,8 @@ def _run_queries(spark: Any, cfg: PipelineConfig, args: argparse.Namespace, stop
     except QueryFailed as exc:
         failed = exc.line()
     finally:
+        if stop.is_set():
+            JVM_STDERR.silence()
         stop_gracefully(queries, pause_file, stop.hurry, lambda: quiet(spark))
         log.report()
         spark.stop()

@@ -1,7 +1,8 @@
-"""tidings.config.jwt against the reference nats-server in operator mode (`resolver: MEMORY`,
-accounts preloaded): the JWTs our encoder mints are the reference's JWTs (nats-py connects
-with a `.creds` file we wrote), and for each user JWT the reference accepts or refuses, our
-decoding and checks (times, signer, scope, revocations, src, connect times) say the same."""
+"""Operator mode (`resolver: MEMORY`, accounts preloaded), tidings and the reference
+nats-server on the same configuration: the JWTs our encoder mints are the reference's JWTs
+(nats-py connects with a `.creds` file we wrote), for each user JWT the reference accepts or
+refuses, tidings.config.jwt's checks (times, signer, scope, revocations, src, connect times)
+say the same, and so does a tidings server in operator mode."""
 
 from __future__ import annotations
 
@@ -102,8 +103,8 @@ def _users(now: int, a: Key, sk: Key, scoped: Key, b: Key, c: Key, d: Key, op: K
     return out
 
 
-@pytest.fixture(scope="module")
-def world() -> Iterator[World]:
+@pytest.fixture(scope="module", params=["reference", "tidings"])
+def world(request: pytest.FixtureRequest) -> Iterator[World]:
     now = int(time.time())
     op, a, b, c, d = (Key.new(k) for k in ("operator", "account", "account", "account",
                                            "account"))
@@ -124,7 +125,7 @@ def world() -> Iterator[World]:
     users = {case: (token, write_creds(directory / f"{case}.creds", token, user))
              for case, (user, token, _) in _users(now, a, sk, scoped, b, c, d, op, revoked,
                                                   all_cut).items()}
-    server = start_configured("reference", operator_config(directory / "op.jwt", accounts))
+    server = start_configured(request.param, operator_config(directory / "op.jwt", accounts))
     yield World(server, accounts, users)
     server.stop()
 
@@ -180,8 +181,8 @@ CASES = ("plain", "signing_key", "scoped_key", "scoped_key_with_own_permissions"
 
 
 @pytest.mark.parametrize("case", CASES)
-async def test_the_reference_and_our_checks_judge_a_user_jwt_alike(world: World,
-                                                                    case: str) -> None:
+async def test_the_server_and_our_checks_judge_a_user_jwt_alike(world: World,
+                                                                 case: str) -> None:
     token, creds = world.users[case]
     ours = our_verdict(token, world.accounts)
     theirs = await _connects(world.server, creds)
