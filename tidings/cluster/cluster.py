@@ -402,6 +402,17 @@ class Cluster(Listener):
             self._local_interest(account, sub, added)
 
         account.sublist.watcher = watcher
+        # What is there already: the relays of its imports (made with the account), and
+        # the subscriptions of clients that came before the cluster's listener.
+        server = self.server
+        for where, sub in server.accounts.relays:
+            if where is account and not sub.closed:
+                watcher(sub, True)
+        for client in server.clients.values():
+            if client.account is account:
+                for sub in client.subs.values():
+                    if not sub.closed:
+                        watcher(sub, True)
 
     def _local_interest(self, account: Account, sub: Subscription, added: bool) -> None:
         """An account's subject index's watcher: a local subscription came or went."""
