@@ -294,6 +294,11 @@ class RouteConnection(Connection):
         self.subs[key] = sub
         (account or self.account).sublist.insert(sub)
 
+    def see_every_message(self) -> None:
+        """Accounts came (a reload): the compiled scanner may no longer skip messages by
+        the global account's interest."""
+        self.parser.route_pubs_to(self.on_pub, skip_unrouted=False)
+
     def account_of(self, key: bytes) -> Account:
         """The account of the remote interest `key` (the seed's sids: the global one)."""
         if self.dialect == SEED:

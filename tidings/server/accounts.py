@@ -152,6 +152,7 @@ class Accounts:
         self.by_name: dict[str, Account] = {}
         self.global_account = self._add(Account(GLOBAL_ACCOUNT))
         self.relays: list[tuple[Account, Subscription]] = []
+        self.import_relays: list[tuple[Account, Subscription]] = []  # (not responses')
         self.hops = 0  # relays crossed by the message being routed now
         self.watchers: list[Callable[[Account], None]] = []
         # Finds an account the configuration does not list (operator mode: its JWT).
@@ -216,6 +217,48 @@ class Accounts:
         self.relays.append((where, sub))
         return sub
 
+    def _import_sub(self, where: Account, subject: bytes, carry: Callable[..., bool],
+                    routed: bool = True) -> Subscription:
+        sub = self._relay_sub(where, subject, carry, routed)
+        self.import_relays.append((where, sub))
+        return sub
+
+    def reconfigure(self, configs: dict[str, AccountConfig]) -> None:
+        """A reload's accounts: new ones added, changed ones given their new exports and
+        limits, every import wired again. An account no longer configured stays until its
+        clients are gone (the reload closes them: their users are gone or moved)."""
+        for account, sub in self.import_relays:
+            sub.closed = True
+            account.sublist.remove(sub)
+        gone = {id(sub) for _, sub in self.import_relays}
+        self.relays = [(a, s) for a, s in self.relays if id(s) not in gone]
+        self.import_relays = []
+        for name, config in configs.items():
+            account = self.by_name.get(name)
+            if account is None:
+                account = Account(name, config)
+                self._add(account)
+                for watcher in self.watchers:
+                    watcher(account)
+            else:
+                account.config = config
+                account.limits = config.limits
+                account.exports = list(config.exports)
+        for name, account in list(self.by_name.items()):
+            if name not in configs and account.config is not None and not account.system:
+                account.config = None
+                account.exports = []
+                account.limits = AccountLimits()
+        if configs and not self.configured:
+            self.configured = True
+            cluster = self.server.cluster
+            for route in (cluster.routes.values() if cluster is not None else ()):
+                route.see_every_message()
+        for account in list(self.by_name.values()):
+            if account.config is not None:
+                for imp in account.config.imports:
+                    self._import(account, imp)
+
     def _import(self, account: Account, imp: StreamImport | ServiceImport) -> None:
         source = self.find(imp.account)
         if source is None:
@@ -253,7 +296,7 @@ class Accounts:
             # subscribers (the relay's interest in the exporting account brings them there).
             return route(pub, subj, reply, frame, plain, None, account, False, hops)
 
-        self._relay_sub(source, subject, carry)
+        self._import_sub(source, subject, carry)
 
     def _service_import(self, account: Account, source: Account, imp: ServiceImport) -> None:
         export = source.export_for(ServiceExport, imp.subject, account.name)
@@ -283,7 +326,7 @@ class Accounts:
                 reply = mapped
             return route(pub, new, reply, frame, plain, None, source, True, hops)
 
-        self._relay_sub(account, local, carry, routed=False)
+        self._import_sub(account, local, carry, routed=False)
 
     # -- service responses ------------------------------------------------------------
     def _response_reply(self, source: Account, dest: Account, reply: bytes, singleton: bool,

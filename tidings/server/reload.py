@@ -52,11 +52,9 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
                          "keeps what it was started with (restart to change it)")
     if "websocket" in changed:
         _check_websocket(old, new)
-    if (old.auth.accounts, old.auth.system_account, old.operator) != (
-            new.auth.accounts, new.auth.system_account, new.operator):
-        raise ValueError("config reload not supported for accounts: their exports, imports "
-                         "and limits keep what they were started with (restart to change "
-                         "them)")
+    if (old.auth.system_account, old.operator) != (new.auth.system_account, new.operator):
+        raise ValueError("config reload not supported for the system account or operator "
+                         "mode (restart to change them)")
     tls_context = None
     if new.tls is not None:
         from .tls import server_context
@@ -86,6 +84,8 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
     if "ports_file_dir" in changed:
         server.ports_file.moved()  # as the reference: the old file removed, the new written
     if {"user", "password", "token", "auth", "websocket", "tls"} & set(changed):
+        if old.auth.accounts != new.auth.accounts:
+            server.accounts.reconfigure(new.auth.accounts)
         server.set_auth()
         _recheck_clients(server)
     return changed
@@ -159,6 +159,11 @@ def _regrant(client: ClientConnection, login: Login | None) -> None:
         client.close_with_error(AUTHORIZATION_VIOLATION, "authorization changed on reload")
         return
     if login.rights is client.rights and login == client.login:
+        return
+    if (login.account or client.server.accounts.global_account) is not client.account:
+        # As the reference: a user now in another account is closed, to come back there.
+        client.close_reason = "Client Closed"
+        client.close_with_error(None, "user moved account on reload")
         return
     client.grant(login)
     sublist = client.account.sublist

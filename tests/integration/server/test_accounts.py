@@ -6,6 +6,7 @@ users, NKeys and no_auth_user bound to accounts, and an account's connection lim
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 
 import nats
@@ -229,3 +230,65 @@ async def test_an_account_connection_limit(server: Server, clients: dict[str, Cl
     assert clients["c"].is_connected
     other = await nats.connect(f"nats://a2:a2@{host}")
     await other.close()
+
+
+RELOAD_BEFORE = """
+accounts {
+  A: { users: [{user: a, password: a}], exports: [{stream: "s.>"}] }
+  B: { users: [{user: b, password: b}, {user: mover, password: m}] }
+}
+"""
+RELOAD_AFTER = """
+accounts {
+  A: { users: [{user: a, password: a}, {user: mover, password: m}], exports: [{stream: "s.>"}] }
+  B: {
+    users: [{user: b, password: b}]
+    imports: [{stream: {account: A, subject: "s.>"}, prefix: "a"}]
+  }
+  C: { users: [{user: c, password: c}] }
+}
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_reload_adds_and_changes_accounts_and_moves_users(kind: str) -> None:
+    """Accounts added, an import added, a user moved to another account: the clients whose
+    account did not change stay (with what their account now imports), the moved one is
+    closed, a user of the new account logs in."""
+    import re
+    import signal
+    from pathlib import Path
+
+    server = start_configured(kind, RELOAD_BEFORE)
+    host = server.url.removeprefix("nats://")
+    closed = asyncio.Event()
+
+    async def on_closed() -> None:
+        closed.set()
+
+    try:
+        b = await nats.connect(f"nats://b:b@{host}", allow_reconnect=False)
+        mover = await nats.connect(f"nats://mover:m@{host}", allow_reconnect=False,
+                                   closed_cb=on_closed)
+        a = await nats.connect(f"nats://a:a@{host}", allow_reconnect=False)
+        sub = await b.subscribe("a.s.>")
+        await synced(b)
+        Path(server.config_path).write_text(
+            Path(server.config_path).read_text().replace(RELOAD_BEFORE, RELOAD_AFTER))
+        since = server.process_log.mark()
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGHUP)
+        await asyncio.to_thread(server.process_log.wait_for,
+                                re.escape("Reloaded server configuration"), 10, since)
+        await asyncio.wait_for(closed.wait(), 10)  # the user now in A was in B
+        await a.publish("s.x", b"after reload")
+        await a.flush()
+        msg = await sub.next_msg(timeout=5)
+        assert (msg.subject, msg.data) == ("a.s.x", b"after reload")
+        c = await nats.connect(f"nats://c:c@{host}", allow_reconnect=False)
+        await c.close()
+        assert b.is_connected and a.is_connected
+        await a.close()
+        await b.close()
+    finally:
+        server.stop()
