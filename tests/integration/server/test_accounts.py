@@ -281,6 +281,7 @@ async def test_a_reload_adds_and_changes_accounts_and_moves_users(kind: str) -> 
         await asyncio.to_thread(server.process_log.wait_for,
                                 re.escape("Reloaded server configuration"), 10, since)
         await asyncio.wait_for(closed.wait(), 10)  # the user now in A was in B
+        assert mover.is_closed
         await a.publish("s.x", b"after reload")
         await a.flush()
         msg = await sub.next_msg(timeout=5)
