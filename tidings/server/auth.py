@@ -317,12 +317,18 @@ class Authenticator:
             perms = user.permissions or (default if not user.account else None)
             rights = Rights(perms) if perms is not None else None
             account = accounts.get(user.account) if accounts is not None else None
+            # An account's limits on each of its connections (as the reference's msubs, mpay).
+            limits = account.limits if account is not None else None
+            subs = limits.max_subscriptions if limits is not None else -1
+            payload = limits.max_payload if limits is not None else -1
             if user.nkey:
-                self.nkeys[user.nkey] = (user, Login(user.nkey, rights, user.nkey, True,
-                                                     account))
+                self.nkeys[user.nkey] = (user, Login(
+                    user.nkey, rights, user.nkey, True, account, max_subs=subs,
+                    max_payload=payload))
             else:
-                self.users[user.name] = (user, Login(user.name, rights, listed=True,
-                                                     account=account))
+                self.users[user.name] = (user, Login(
+                    user.name, rights, listed=True, account=account, max_subs=subs,
+                    max_payload=payload))
         self.required = options.auth_required
         # Operator mode: users are JWTs signed for accounts the operator signed.
         self.operator: OperatorAuth | None = None

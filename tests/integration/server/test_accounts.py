@@ -293,3 +293,29 @@ async def test_a_reload_adds_and_changes_accounts_and_moves_users(kind: str) -> 
         await b.close()
     finally:
         server.stop()
+
+
+LIMITS = """
+accounts {
+  L: {
+    users: [{user: l, password: l}]
+    limits: {max_subscriptions: 2, max_payload: 100}
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_accounts_subscription_and_payload_limits(kind: str) -> None:
+    from tests.harness.rawnats import CONNECT_PLAIN, RawConn
+
+    server = start_configured(kind, LIMITS)
+    try:
+        with RawConn(server.port) as conn:
+            connect = CONNECT_PLAIN.replace(b"{", b'{"user":"l","pass":"l",', 1)
+            conn.send(connect + b"SUB a 1\r\nSUB b 2\r\nSUB c 3\r\n")
+            assert conn.barrier() == b"-ERR 'maximum subscriptions exceeded'\r\n"
+            conn.send(b"PUB a 200\r\n" + b"x" * 200 + b"\r\n")
+            assert conn.read_to_eof() == b"-ERR 'Maximum Payload Violation'\r\n"
+    finally:
+        server.stop()
