@@ -213,6 +213,9 @@ def check_operator_mode(operator: OperatorOptions, system_account: str, has_acco
         return system_account
     if operator.resolver is None:
         raise ValueError("operators require an account resolver to be configured")
+    if operator.resolver.kind == "URL":
+        raise ValueError('resolver URL("..."): an account server is not supported by '
+                         "tidings yet (use MEMORY with resolver_preload, or a full resolver)")
     if has_accounts:
         raise ValueError("operators do not allow Accounts to be configured directly")
     if has_users:
