@@ -22,6 +22,7 @@ exist for the subject.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
@@ -141,6 +142,33 @@ def rereply(frame: Frame, reply: bytes | None, new_reply: bytes | None) -> Frame
     if new_reply:
         tail = new_reply + b" " + tail
     return head, tail, big, size
+
+
+REQUEST_INFO = b"Nats-Request-Info"
+
+
+def request_frames(pub: Connection | None, subject: bytes, reply: bytes | None,
+                   frame: Frame) -> tuple[Frame, Frame | None]:
+    """A request carried by a service import, on `subject` with `reply`, as the exporter
+    gets it: with a `Nats-Request-Info` header naming the requester's account (and its
+    round trip time), as the reference adds it, unless an earlier import added one."""
+    from .connection import msg_frame
+
+    headers, payload = frame_message(frame)
+    if pub is not None and not pub.is_route and (headers is None or REQUEST_INFO not in headers):
+        info: dict[str, Any] = {"acc": pub.account.name}
+        rtt = int(getattr(pub, "rtt", 0.0) * 1e9)
+        if rtt:
+            info["rtt"] = rtt
+        line = REQUEST_INFO + b": " + json.dumps(info, separators=(",", ":")).encode()
+        if headers is None:
+            headers = b"NATS/1.0\r\n" + line + b"\r\n\r\n"
+        else:
+            headers = headers[:-2] + line + b"\r\n\r\n"
+    if headers is None:
+        return msg_frame(b"MSG ", subject, reply, payload), None
+    return (msg_frame(b"HMSG ", subject, reply, headers + payload, len(headers)),
+            msg_frame(b"MSG ", subject, reply, payload))
 
 
 class Accounts:
@@ -314,16 +342,9 @@ class Accounts:
         def carry(pub: Connection | None, subj: bytes, reply: bytes | None, frame: Frame,
                   plain: Frame | None, hops: int) -> bool:
             new = transform.apply(subj) if transform is not None else subj
-            if new != subj:
-                frame = reframe(frame, subj, new)
-                if plain is not None:
-                    plain = reframe(plain, subj, new)
             if reply:
-                mapped = self._response_reply(source, account, reply, singleton, threshold)
-                frame = rereply(frame, reply, mapped)
-                if plain is not None:
-                    plain = rereply(plain, reply, mapped)
-                reply = mapped
+                reply = self._response_reply(source, account, reply, singleton, threshold)
+            frame, plain = request_frames(pub, new, reply, frame)
             return route(pub, new, reply, frame, plain, None, source, True, hops)
 
         self._import_sub(account, local, carry, routed=False)

@@ -33,6 +33,7 @@ from ..config.accounts import (
     StreamImport,
 )
 from ..config.auth import Permissions, ResponsePermission, SubjectPermission
+from ..protocol.errors import ACCOUNT_AUTHENTICATION_EXPIRED
 from .accounts import Account, Accounts
 from .auth import Login, Rights
 
@@ -136,10 +137,25 @@ class OperatorAuth:
         if claims is None:
             return None
         self.claims[key] = claims
-        account = Account(key, account_config(claims))
         if key == self.accounts.system_account.name:
-            return self.accounts.system_account
-        return self.accounts.add(account)
+            account = self.accounts.system_account
+        else:
+            account = self.accounts.add(Account(key, account_config(claims)))
+        if claims.expires:
+            server = self.accounts.server
+            delay = max(0.0, claims.expires - time.time())
+            server.loop.call_later(delay, self._account_expired, account, claims.expires)
+        return account
+
+    def _account_expired(self, account: Account, expires: int) -> None:
+        """Its JWT expired (and was not replaced by a later one): its clients are closed."""
+        claims = self.claims.get(account.name)
+        if claims is not None and claims.expires != expires:
+            return
+        for client in list(self.accounts.server.clients.values()):
+            if client.account is account and not client.internal and not client.closed:
+                client.close_reason = "Authentication Expired"
+                client.close_with_error(ACCOUNT_AUTHENTICATION_EXPIRED, "account expired")
 
     # -- users ---------------------------------------------------------------------------
     def check(self, conn: ClientConnection, connect: dict[str, Any]) -> Login | None:

@@ -154,6 +154,24 @@ async def test_a_service_import_carries_requests_and_replies(clients: dict[str, 
         await b.request("svc.echo", b"hi", timeout=2)
 
 
+async def test_a_request_through_an_import_names_the_requesters_account(
+        clients: dict[str, Client]) -> None:
+    import json
+
+    a, b = clients["a"], clients["b"]
+    seen: list[dict[str, object]] = []
+
+    async def note(msg: nats.aio.msg.Msg) -> None:
+        seen.append(json.loads((msg.headers or {})["Nats-Request-Info"]))
+        await msg.respond(b"ok")
+
+    await a.subscribe("svc.echo", cb=note)
+    await synced(a)
+    await b.request("echo", b"?", timeout=5)
+    assert len(seen) == 1 and seen[0]["acc"] == "B", seen
+    assert set(seen[0]) <= {"acc", "rtt"}, seen
+
+
 async def test_a_singleton_service_answers_once(clients: dict[str, Client]) -> None:
     a, b = clients["a"], clients["b"]
 

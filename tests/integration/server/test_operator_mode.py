@@ -258,3 +258,46 @@ def test_the_reference_warns_of_the_account_problems_we_refuse(tmp_path: Path) -
             decode_account(tokens[key])
     assert f"Account [{sound.public}]" not in log
     assert decode_account(tokens[sound.public]).exports[0].subject == "w.*"
+
+
+@pytest.mark.parametrize("kind", ["reference", "tidings"])
+async def test_expiring_user_and_account_jwts_close_their_connections(
+        kind: str, tmp_path: Path) -> None:
+    """A connection whose user JWT expires gets 'User Authentication Expired'; the
+    connections of an account whose JWT expires get 'Account Authentication Expired'."""
+    import asyncio
+
+    now = int(time.time())
+    op, a, b = Key.new("operator"), Key.new("account"), Key.new("account")
+    accounts = {a.public: account_jwt(a, op),
+                b.public: account_jwt(b, op, std={"exp": now + 3})}
+    (tmp_path / "op.jwt").write_text(operator_jwt(op))
+    server = start_configured(kind, operator_config(tmp_path / "op.jwt", accounts))
+    try:
+        async def closed_with(signer: Key, exp: int | None) -> str:
+            user = Key.new("user")
+            std = {"exp": exp} if exp else None
+            creds = write_creds(tmp_path / f"{user.public}.creds",
+                                user_jwt(user, signer, std=std), user)
+            errors: list[str] = []
+            done = asyncio.Event()
+
+            async def on_error(e: Exception) -> None:
+                errors.append(str(e))
+
+            async def on_closed() -> None:
+                done.set()
+
+            nc = await nats.connect(server.url, user_credentials=str(creds),
+                                    allow_reconnect=False, error_cb=on_error,
+                                    closed_cb=on_closed)
+            await nc.flush()
+            await asyncio.wait_for(done.wait(), 10)
+            return " ".join([*errors, str(nc.last_error)])
+
+        user_expiry = asyncio.ensure_future(closed_with(a, now + 2))
+        account_expiry = asyncio.ensure_future(closed_with(b, None))
+        assert "user authentication expired" in (await user_expiry).lower()
+        assert "account authentication expired" in (await account_expiry).lower()
+    finally:
+        server.stop()
