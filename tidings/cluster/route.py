@@ -66,11 +66,11 @@ class RouteConnection(Connection):
         opts = server.options
         # Servers of a cluster may have different max_payload settings: as in the reference,
         # a route's messages are not held to ours (only to the 9 digits of a size field).
-        # The compiled scanner skips messages nobody listens to by their subject in the
-        # global account's index: with accounts it must see every message.
-        interest = None if server.accounts.configured else (server.sublist.cache, EMPTY_RESULT)
+        # The compiled scanner skips messages of the global account nobody listens to
+        # (other accounts' it passes on to be routed by their own index).
         self.parser = ClientOpParser(
-            self, ROUTE_MAX_PAYLOAD, opts.max_control_line, interest=interest, route=True,
+            self, ROUTE_MAX_PAYLOAD, opts.max_control_line,
+            interest=(server.sublist.cache, EMPTY_RESULT), route=True,
         )
         self.parser.headers = True  # a peer's HPUB (the seed's PUB with headers) is fine
         self.dialect: str | None = None
@@ -293,11 +293,6 @@ class RouteConnection(Connection):
         sub.weight = weight
         self.subs[key] = sub
         (account or self.account).sublist.insert(sub)
-
-    def see_every_message(self) -> None:
-        """Accounts came (a reload): the compiled scanner may no longer skip messages by
-        the global account's interest."""
-        self.parser.route_pubs_to(self.on_pub, skip_unrouted=False)
 
     def account_of(self, key: bytes) -> Account:
         """The account of the remote interest `key` (the seed's sids: the global one)."""

@@ -11,7 +11,8 @@
  *
  * On a route it walks the messages of the route's dialect instead: mode 1 the seed's
  * "MSG <subject> <sid> [reply] <size>", mode 2 the reference's "RMSG <account> <subject>
- * [reply] <size>" (no queue list), appending (subject, sid_or_account, reply, payload).
+ * [reply] <size>" (no queue list), appending (subject, sid_or_account, reply, payload);
+ * there `cache` is the global account's, and skips only messages of the global account `$G`.
  *
  * ws_unmask() undoes a WebSocket client's masking (RFC 6455 5.3) of a frame's payload, or
  * of a piece of it that starts `offset` bytes into the frame (tidings/server/ws_frames.py).
@@ -107,7 +108,10 @@ scan_pubs(PyObject *self, PyObject *args)
             Py_DECREF(subject);
             goto error;
         }
-        if (hit == empty && (nf == lead + 1 || !keep_replies)) {
+        /* On a route, only the global account's messages are judged by the cache (the
+         * global account's interest); other accounts' go on to be routed by their own. */
+        int judged = mode != 2 || (fe[0] - fs[0] == 2 && buf[fs[0]] == '$' && buf[fs[0] + 1] == 'G');
+        if (judged && hit == empty && (nf == lead + 1 || !keep_replies)) {
             Py_DECREF(subject);
             dropped++;
             dropped_bytes += size;

@@ -277,11 +277,7 @@ class Accounts:
                 account.config = None
                 account.exports = []
                 account.limits = AccountLimits()
-        if configs and not self.configured:
-            self.configured = True
-            cluster = self.server.cluster
-            for route in (cluster.routes.values() if cluster is not None else ()):
-                route.see_every_message()
+        self.configured = self.configured or bool(configs)
         for account in list(self.by_name.values()):
             if account.config is not None:
                 for imp in account.config.imports:

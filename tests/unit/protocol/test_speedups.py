@@ -77,3 +77,16 @@ def test_same_operations_as_pure_python(parts: list[bytes], data: st.DataObject)
     fast = run(chunks, listening)
     pure = run(chunks, None)
     assert fast[:2] == pure[:2]
+
+
+def test_on_a_route_only_the_global_accounts_messages_are_skipped() -> None:
+    """The route scanner (RMSG) skips a message nobody listens to by the global account's
+    index: a message of another account goes on to be routed by that account's."""
+    scanned: list[tuple[bytes, bytes, bytes | None, bytes]] = []
+    buf = (b"RMSG $G quiet 2\r\nhi\r\n" b"RMSG A quiet 2\r\nhi\r\n"
+           b"RMSG $GX quiet 2\r\nhi\r\n")
+    pos, skipped, skipped_bytes = parser_mod.scan_pubs(
+        buf, 0, 1024, 1024, {b"quiet": EMPTY}, EMPTY, False, scanned, 2)
+    assert (pos, skipped, skipped_bytes) == (len(buf), 1, 2)
+    assert [(subject, account) for subject, account, _, _ in scanned] == [
+        (b"quiet", b"A"), (b"quiet", b"$GX")]
