@@ -301,3 +301,26 @@ async def test_expiring_user_and_account_jwts_close_their_connections(
         assert "account authentication expired" in (await account_expiry).lower()
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("signed", ["wrong nonce", "other key", "no signature", "garbage"])
+def test_a_bad_nonce_signature_is_refused(world: World, signed: str) -> None:
+    """The plain user's JWT with a signature that is not its key's over this connection's
+    nonce: Authorization Violation, on both servers."""
+    token, creds = world.users["plain"]
+    _, seed = read_creds(creds.read_text())
+    with RawConn(world.server.port) as conn:
+        nonce = conn.info["nonce"].encode()
+        key = nkeys.from_seed(seed.encode())
+        if signed == "wrong nonce":
+            sig = key.sign(nonce + b"x")
+        elif signed == "other key":
+            sig = nkeys.from_seed(Key.new("user").seed.encode()).sign(nonce)
+        else:
+            sig = b""
+        text = base64.urlsafe_b64encode(sig).rstrip(b"=").decode()
+        if signed == "garbage":
+            text = "!!not base64!!"
+        field = "" if signed == "no signature" else f',"sig":"{text}"'
+        conn.send(f'CONNECT {{"jwt":"{token}"{field},"verbose":false}}\r\nPING\r\n'.encode())
+        assert conn.read_to_eof() == b"-ERR 'Authorization Violation'\r\n"
