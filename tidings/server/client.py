@@ -223,6 +223,9 @@ class ClientConnection(Connection):
     def on_connect(self, arg: bytes) -> None:
         opts = decode_connect(arg)
         server = self.server
+        # As the reference: the round trip estimated as the time from accepting to CONNECT,
+        # until a PONG measures it (/connz, the system account's events).
+        self.rtt = max(time.time() - self.started, 1e-9)
         if self.connected:
             # A second CONNECT starts over: the reference drops every subscription.
             for sub in list(self.subs.values()):
