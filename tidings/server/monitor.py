@@ -409,6 +409,8 @@ class Endpoints:
             "subscriptions": account.sublist.count,
         }
         exports = _exports(account)
+        if system:
+            exports += SYSTEM_EXPORTS
         if exports:
             info["exports"] = exports
         imports = _imports(account, s.accounts) + system_imports(account, s.accounts.system_account)
@@ -747,6 +749,15 @@ def _imports(account: Account, accounts: Accounts) -> list[dict[str, Any]]:
             item["latency"] = _latency(export.latency)
         services.append(item)
     return streams + services
+
+
+# What the system account exports to every account, as the reference lists them (its
+# $SYS.DEBUG.SUBSCRIBERS, which tidings does not answer, left out).
+SYSTEM_EXPORTS = [
+    {"subject": "$SYS.REQ.ACCOUNT.*.CONNZ", "type": "service", "response_type": "Streamed"},
+    {"subject": "$SYS.REQ.ACCOUNT.*.STATZ", "type": "service", "response_type": "Streamed"},
+    {"subject": "$SYS.REQ.USER.*.INFO", "type": "service", "response_type": "Singleton"},
+]
 
 
 def system_imports(account: Account, system: Account) -> list[dict[str, Any]]:
