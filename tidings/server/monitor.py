@@ -323,16 +323,13 @@ class Endpoints:
             return sorted(items, key=lambda x: x[1].get("stop", ""), reverse=True)
         if sort == "reason":
             return sorted(items, key=lambda x: x[1].get("reason", ""))
-        key = _SORTS[sort]
         reverse = sort not in ("cid", "start", "uptime")
-
-        def sort_key(pair: tuple[Any, dict[str, Any]]) -> Any:
-            conn, item = pair
-            if conn is None:  # a closed one: by what its item says
-                return _ITEM_SORTS.get(sort, lambda i: i["cid"])(item)
-            return key(conn, now)
-
-        return sorted(items, key=sort_key, reverse=reverse)
+        if all(conn is not None for conn, _ in items):
+            key = _SORTS[sort]
+            return sorted(items, key=lambda pair: key(pair[0], now), reverse=reverse)
+        # Closed ones among them: by what the items say (the cid where they cannot say).
+        item_key = _ITEM_SORTS.get(sort, lambda i: i["cid"])
+        return sorted(items, key=lambda pair: item_key(pair[1]), reverse=reverse)
 
     # -- /routez --------------------------------------------------------------------------
     def routez(self, opts: dict[str, Any]) -> dict[str, Any]:

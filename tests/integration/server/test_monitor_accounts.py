@@ -225,3 +225,26 @@ async def test_subsz_of_one_account(servers: dict[str, Server]) -> None:
         {"account": "C", "account_tag": "C", "subject": "c.one", "sid": "1", "msgs": 0},
         {"account": "C", "account_tag": "C", "subject": "c.two", "qgroup": "q", "sid": "2",
          "msgs": 0}]
+
+
+async def test_connz_of_open_and_closed_connections_sorted(servers: dict[str, Server]) -> None:
+    """state=all mixes open and closed connections: sorted by start (a closed one first,
+    as it started first), and the reference's 400s for a bad state or sort."""
+    for kind, srv in servers.items():
+        gone = await connect(srv, "c", "first-c")
+        await gone.close()
+        stays = await connect(srv, "c", "second-c")
+        try:
+
+            def both(srv: Server = srv) -> list[Any]:
+                conns = get(srv, "/connz?state=all&sort=start&acc=C")["connections"]
+                return [c["name"] for c in conns if c.get("name") in ("first-c", "second-c")]
+
+            assert wait_until(lambda both=both: len(both()) == 2 and both(), 10,
+                              f"{kind}: both listed") == ["first-c", "second-c"], kind
+            assert refused(srv, "/connz?state=bogus") == (400, "Error decoding state for bogus")
+            assert refused(srv, "/connz?sort=bogus") == (400, "invalid sorting option: bogus")
+            assert refused(srv, "/connz?sort=stop") == (
+                400, "sort by stop only valid on closed connections")
+        finally:
+            await stays.close()
