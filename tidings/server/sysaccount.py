@@ -69,6 +69,9 @@ STATSZ_EVERY = 10.0
 STATSZ_RATE = 1.0
 CONNS_EVERY = 30.0
 # A server we heard from (its STATSZ) counts in active_servers this long (orphMax).
+# How long answers to an account's request sent on in the system account are carried back
+# (the reference's streamed service exports' response threshold).
+RESPONSE_THRESHOLD = 120.0
 SERVER_FORGOTTEN = 5 * CONNS_EVERY
 
 _B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -248,6 +251,12 @@ class SystemAccount:
         self._statsz_interval = STATSZ_FIRST
         self._last_statsz = 0.0
         self._stats_sub: Subscription | None = None
+        # Requests of other accounts sent on in the system account: our reply subject ->
+        # (the requester's account, its reply subject, when).
+        self._reply_prefix = ("_R_." + "".join(secrets.choice(_B62) for _ in range(8))
+                              + ".").encode()
+        self._pending: dict[bytes, tuple[Account, bytes, float]] = {}
+        self._mapped = 0
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -265,6 +274,7 @@ class SystemAccount:
         self._stats_sub = self._subscribe(self.system, "$SYS.SERVER.*.STATSZ",
                                           self._remote_statsz)
         self._subscribe(self.system, "$SYS.SERVER.*.SHUTDOWN", self._remote_shutdown)
+        self._subscribe(self.system, self._reply_prefix.decode() + "*", self._relay_response)
         self.accounts.watch(self._account_added)
         self._statsz_timer = self.server.loop.call_later(STATSZ_FIRST, self._statsz_tick)
 
@@ -291,18 +301,53 @@ class SystemAccount:
         return sub
 
     def _account_added(self, account: Account) -> None:
-        """What the reference imports into each account from the system account."""
+        """What the reference imports into each account from the system account: an
+        account's requests for its connections and numbers go on as the system account's
+        `$SYS.REQ.ACCOUNT.<acc>.CONNZ|STATZ` (so that every server of a cluster answers,
+        tidings or the reference), their answers come back to the requester; and a user
+        asks the server it is connected to who it is."""
         if not self.running:
             return
         if account is not self.system:
-            name = account.name
-            connz = self._account_answer("CONNZ", name)
-            for subject in ("$SYS.REQ.ACCOUNT.PING.CONNZ", "$SYS.REQ.SERVER.PING.CONNZ"):
-                self._serve(account, subject, "ACCOUNT.CONNZ", connz)
-            self._serve(account, "$SYS.REQ.ACCOUNT.PING.STATZ", "ACCOUNT.STATZ",
-                        self._account_answer("STATZ", name))
+            for local, remote in (("$SYS.REQ.ACCOUNT.PING.CONNZ", "CONNZ"),
+                                  ("$SYS.REQ.SERVER.PING.CONNZ", "CONNZ"),
+                                  ("$SYS.REQ.ACCOUNT.PING.STATZ", "STATZ")):
+                target = f"$SYS.REQ.ACCOUNT.{account.name}.{remote}".encode()
+                self._subscribe(account, local, self._importer(account, target), routed=False)
         self._subscribe(account, "$SYS.REQ.USER.INFO", self._user_info, routed=False,
                         with_client=True)
+
+    def _importer(self, account: Account, target: bytes) -> Callable[..., None]:
+        """A request of `account`, sent on as the system account's `target` with a reply
+        subject of ours that maps back to the requester's (as a service import does)."""
+        def carry(subject: bytes, reply: bytes | None, headers: bytes | None,
+                  payload: bytes) -> None:
+            if self.running and reply:
+                mapped = self._map_reply(account, reply)
+                publish_internal(self.server, self.system, target, payload, headers, mapped)
+
+        return carry
+
+    def _map_reply(self, account: Account, reply: bytes) -> bytes:
+        now = time.monotonic()
+        pending = self._pending
+        while pending:  # (oldest first: forget those past the threshold)
+            oldest = next(iter(pending))
+            if now - pending[oldest][2] <= RESPONSE_THRESHOLD:
+                break
+            del pending[oldest]
+        self._mapped += 1
+        mapped = self._reply_prefix + str(self._mapped).encode()
+        pending[mapped] = (account, reply, now)
+        return mapped
+
+    def _relay_response(self, subject: bytes, reply: bytes | None, headers: bytes | None,
+                        payload: bytes) -> None:
+        """An answer to a request we sent on: to the requester, in its account."""
+        entry = self._pending.get(subject)
+        if entry is not None and self.running:
+            account, to, _ = entry
+            publish_internal(self.server, account, to, payload, headers)
 
     # -- publishing -------------------------------------------------------------------------
     def server_info(self) -> dict[str, Any]:
@@ -633,10 +678,6 @@ class SystemAccount:
             return self._for_account(name, tokens[3], opts)
 
         return answer
-
-    def _account_answer(self, name: str, account: str) -> Answer:
-        """What an account's own import of a system service answers: for that account."""
-        return lambda opts: self._for_account(name, account, opts)
 
     def _for_account(self, name: str, acc: str, opts: dict[str, Any]) -> Any:
         e = self.endpoints

@@ -432,3 +432,63 @@ async def test_other_accounts_see_no_system_events(servers: dict[str, Server]) -
         # Only A's own request (its subscription matches it), nothing of the system's.
         assert list(seen.got) == ["$SYS.REQ.USER.INFO"], kind
         await a.close()
+
+
+# -- in a cluster ---------------------------------------------------------------------------------
+CLUSTER_CONF = CONF.replace("server_name: sysacc\n", "")
+
+
+async def _answers(nc: Client, subject: str, want: int) -> list[Any]:
+    """The answers to one request: `want` of them, then whatever comes in a quiet spell."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    await nc.publish(subject, b"", reply=inbox)
+    got = []
+    timeout = 10.0
+    while True:
+        try:
+            got.append(json.loads((await sub.next_msg(timeout=timeout)).data))
+        except nats.errors.TimeoutError:
+            break
+        if len(got) >= want:
+            timeout = 0.5
+    await sub.unsubscribe()
+    return got
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    ("tidings", "tidings"), ("tidings", "reference"), ("reference", "tidings"),
+    ("reference", "reference")])
+async def test_every_server_of_a_cluster_answers_once(first: str, second: str) -> None:
+    """PING reaches every server (tidings or the reference); an account's PING.CONNZ is
+    answered by each server for that account; USER.INFO by the requester's server only."""
+    a = start_configured(first, CLUSTER_CONF, cluster=True, cluster_name="sys")
+    try:
+        b = start_configured(second, CLUSTER_CONF, cluster=True, cluster_name="sys",
+                             routes=[a])
+        try:
+            sysc = await connect(a, "sys")
+            for _ in range(100):  # (the route is being made: until both answer)
+                ids = {answer["id"] for answer in
+                       await _answers(sysc, "$SYS.REQ.SERVER.PING.IDZ", 2)}
+                if len(ids) == 2:
+                    break
+            assert len(ids) == 2
+            pings = await _answers(sysc, "$SYS.REQ.SERVER.PING", 2)
+            assert sorted(p["server"]["id"] for p in pings) == sorted(ids)
+            in_a = await connect(b, "a", name="far-a")
+            await synced(in_a)
+            asker = await connect(a, "a")
+            connz = await _answers(asker, "$SYS.REQ.SERVER.PING.CONNZ", 2)
+            assert sorted(c["server"]["id"] for c in connz) == sorted(ids)
+            names = sorted(c.get("name", "") for answer in connz
+                           for c in answer["data"]["connections"])
+            assert names == ["", "far-a"]  # each server's own clients of A
+            info = await _answers(asker, "$SYS.REQ.USER.INFO", 1)
+            assert [i["data"]["account"] for i in info] == ["A"]
+            for nc in (sysc, in_a, asker):
+                await nc.close()
+        finally:
+            b.stop()
+    finally:
+        a.stop()
