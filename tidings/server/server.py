@@ -451,7 +451,7 @@ class Server:
         # Kept for /connz?state=closed (HTTP, or the system account's CONNZ).
         if ((self.monitor is not None or self.accounts.configured)
                 and client.cid not in self.internal):
-            from .monitor import client_item
+            from .endpoints import client_item
 
             now = time.time()
             self.closed_clients.append(

@@ -48,7 +48,7 @@ from .accounts import (
     subscribe_internal,
     unsubscribe_internal,
 )
-from .monitor import FILTER_OPTIONS, OPTIONS, EndpointError, Endpoints, _rss
+from .endpoints import FILTER_OPTIONS, OPTIONS, EndpointError, Endpoints, _rss
 
 if TYPE_CHECKING:
     from asyncio import TimerHandle
