@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
+if TYPE_CHECKING:
+    from aiohttp import web
 
 DEFAULT_LIST_LIMIT = 1024
 
@@ -34,6 +35,8 @@ def uptime(secs: float) -> str:
 
 
 def json_response(content: Any) -> web.Response:
+    from aiohttp import web  # (only a server with HTTP monitoring loads aiohttp)
+
     return web.Response(text=json.dumps(content, indent=2), content_type="application/json")
 
 

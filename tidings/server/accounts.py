@@ -416,14 +416,20 @@ def frame_message(frame: Frame) -> tuple[bytes | None, bytes]:
 
 
 def subscribe_internal(accounts: Accounts, account: Account, subject: bytes,
-                       handler: Handler, routed: bool = True) -> Subscription:
+                       handler: Handler, routed: bool = True,
+                       with_client: bool = False) -> Subscription:
     """A subscription of the server itself in `account`: `handler(subject, reply, headers,
-    payload)` for each message (also one that came over a route, if `routed`)."""
+    payload)` for each message (also one that came over a route, if `routed`); with
+    `with_client`, `handler(publisher, subject, reply, headers, payload)` (the connection
+    the message came from, None for the server's own)."""
     def carry(pub: Connection | None, subj: bytes, reply: bytes | None, frame: Frame,
               plain: Frame | None, hops: int) -> bool:
         headers, payload = frame_message(frame)
         try:
-            handler(subj, reply, headers, payload)
+            if with_client:
+                handler(pub, subj, reply, headers, payload)  # type: ignore[call-arg]
+            else:
+                handler(subj, reply, headers, payload)
         except Exception:  # a defect in a handler must not reach the publisher's read
             log.exception("internal subscription on %r failed", subj)
         return True

@@ -223,6 +223,9 @@ class ClientConnection(Connection):
     def on_connect(self, arg: bytes) -> None:
         opts = decode_connect(arg)
         server = self.server
+        # As the reference: the round trip estimated as the time from accepting to CONNECT,
+        # until a PONG measures it (/connz, the system account's events).
+        self.rtt = max(time.time() - self.started, 1e-9)
         if self.connected:
             # A second CONNECT starts over: the reference drops every subscription.
             for sub in list(self.subs.values()):
@@ -254,12 +257,16 @@ class ClientConnection(Connection):
         if self.auth_timer is not None:
             self.auth_timer.cancel()
             self.auth_timer = None
+        self.credentials = {k: opts[k] for k in ("user", "pass", "auth_token", "nkey", "sig")
+                            if k in opts}
+        # Who it says it is, also when the login fails (/connz, the system account's events).
+        self.name = opts.get("name", self.name)
+        self.lang = opts.get("lang", self.lang)
+        self.version = opts.get("version", self.version)
         if login is None:
             # As the reference: the attempt is logged, never the secret.
             log.error("%s - authentication error - %s", self.describe(), auth_user(opts))
             raise ProtocolError(AUTHORIZATION_VIOLATION, "authorization violation")
-        self.credentials = {k: opts[k] for k in ("user", "pass", "auth_token", "nkey", "sig")
-                            if k in opts}
         if opts.get("account") or opts.get("new_account"):
             # The reference no longer lets a client pick or create an account this way.
             raise ProtocolError(AUTHORIZATION_VIOLATION, "account in CONNECT")
@@ -280,9 +287,6 @@ class ClientConnection(Connection):
         self.headers = self.parser.headers = bool(opts.get("headers", self.headers))
         self.no_responders = opts.get("no_responders", self.no_responders)
         self.protocol = opts.get("protocol", self.protocol)
-        self.name = opts.get("name", self.name)
-        self.lang = opts.get("lang", self.lang)
-        self.version = opts.get("version", self.version)
         if self.protocol < 0 or self.protocol > 1:
             raise ProtocolError(INVALID_CLIENT_PROTOCOL)
         if self.no_responders and not self.headers:
@@ -291,6 +295,8 @@ class ClientConnection(Connection):
         self.parser.keep_replies = bool(self.no_responders)
         if self.verbose:
             self.queue(OK)
+        if server.events is not None:
+            server.events.connected(self)
 
     def grant(self, login: Login) -> None:
         """Take `login`'s rights (at CONNECT, and again when a reload changes them)."""

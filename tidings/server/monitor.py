@@ -1,16 +1,17 @@
 """nats-server's monitoring endpoints on `-m PORT`: /varz, /connz, /subsz, /routez, /healthz,
-/accountz, /metrics (Prometheus) and a page at / linking them, with the reference's field names and types (what
-dashboards and the Prometheus NATS exporter read). When streaming is embedded, its
-/streaming/* endpoints are served here too (`Server.monitor_routes`).
+/accountz, /accstatz, /metrics (Prometheus) and a page at / linking them, with the
+reference's field names and types (what dashboards and the Prometheus NATS exporter read).
+When streaming is embedded, its /streaming/* endpoints are served here too
+(`Server.monitor_routes`).
 
-Counters are true: messages the parser's fast path skipped (nobody listened) count in
-in_msgs/in_bytes, and connections that have closed still count in the server's totals.
+The HTTP handlers turn a query into the endpoint's options and answer what endpoints.py
+produces from them (the system account's requests answer the same); an endpoint that
+refuses its options is a 400 with the reference's words.
 """
 
 from __future__ import annotations
 
-import os
-import resource
+import json
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -18,47 +19,25 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from ..monitoring import json_response, offset_limit, rfc3339, subs_detail, subs_option, uptime
-from ..protocol.subjects import is_valid_literal_subject, subject_matches
-from ..redact import url_host
+from ..monitoring import json_response
+from .endpoints import _STATES, OPEN, EndpointError, Endpoints, _rss
 
 if TYPE_CHECKING:
-    from .connection import Connection
     from .server import Server
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
-ENDPOINTS = ("varz", "connz", "routez", "subsz", "accountz", "healthz", "metrics")
-_NS = 1_000_000_000
-
-
-def _rtt(conn: Connection) -> str:
-    rtt = conn.rtt
-    if not rtt:
-        return "0s"
-    if rtt < 1e-3:
-        return f"{rtt * 1e6:.0f}µs"
-    if rtt < 1:
-        return f"{rtt * 1e3:.3f}ms"
-    return f"{rtt:.3f}s"
-
-
-def _rss() -> int:
-    try:
-        with open(f"/proc/{os.getpid()}/statm", encoding="ascii") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+ENDPOINTS = ("varz", "connz", "routez", "subsz", "accountz", "accstatz", "healthz", "metrics")
 
 
 class Monitor:
-    """The endpoints of one server, and the counters of requests to them."""
+    """The HTTP endpoints of one server."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
-        self.requests: dict[str, int] = {}
+        self.endpoints = Endpoints(server)
+        self.requests = self.endpoints.requests
         self._runner: web.AppRunner | None = None
         self.bound: tuple[Any, ...] = ()  # the address it listens on (the port -1 picked)
-        self._cpu = (time.monotonic(), time.process_time())
 
     async def start(self, sock: socket.socket, secure: bool = False) -> None:
         """Serve the endpoints on `sock`, a listening socket (binding.py), which is closed if
@@ -92,7 +71,10 @@ class Monitor:
         async def counted(request: web.Request) -> web.Response:
             path = f"/{name}"
             self.requests[path] = self.requests.get(path, 0) + 1
-            return await handler(request)
+            try:
+                return await handler(request)
+            except EndpointError as exc:
+                return web.Response(status=400, text=str(exc))
 
         return counted
 
@@ -111,147 +93,51 @@ class Monitor:
                             content_type="text/html")
 
     async def healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text='{"status":"ok"}', content_type="application/json")
+        q = request.query
+        health = self.endpoints.healthz({
+            **{k: _flag(q, k) for k in ("js-enabled", "js-enabled-only", "js-server-only",
+                                        "js-meta-only", "details")},
+            **{k: q.get(k, "") for k in ("account", "stream", "consumer")}})
+        code = health.pop("status_code")  # (the HTTP status says it)
+        return web.json_response(health, status=code, dumps=_compact)
 
     async def varz(self, request: web.Request) -> web.Response:
-        s = self.server
-        o = s.options
-        info = s.info_fields()
-        totals = s.message_totals()
-        clients = [c for cid, c in s.clients.items() if cid not in s.internal]
-        now = time.time()
-        mono, cpu = time.monotonic(), time.process_time()
-        then_mono, then_cpu = self._cpu
-        self._cpu = (mono, cpu)
-        cpu_pct = round(100 * (cpu - then_cpu) / (mono - then_mono), 2) if mono > then_mono else 0
-        cluster: dict[str, Any] = {}
-        if s.cluster is not None:
-            cluster = {"name": s.cluster.name, "addr": s.cluster.listen.host,
-                       "cluster_port": s.cluster.port, "auth_timeout": o.auth_timeout,
-                       # As the reference: host:port only (never a route's credentials).
-                       **({"urls": [url_host(u) for u in o.routes]} if o.routes else {}),
-                       "tls_timeout": o.cluster_tls.timeout if o.cluster_tls else 2}
-        varz = {
-            "server_id": s.server_id, "server_name": s.name, "version": info["version"],
-            "proto": info["proto"], "go": info["go"], "host": o.host, "port": s.port,
-            **{k: True for k in ("auth_required", "tls_required", "tls_verify") if info.get(k)},
-            # The client URLs of the cluster (this server's first), as INFO gives them.
-            **({"connect_urls": list(s.connect_urls)} if s.connect_urls else {}),
-            "max_connections": o.max_connections, "ping_interval": int(o.ping_interval * _NS),
-            "ping_max": o.ping_max, "http_host": o.http_host or o.host, "http_port": o.http_port,
-            "http_base_path": "", "https_port": o.https_port, "auth_timeout": o.auth_timeout,
-            "max_control_line": o.max_control_line, "max_payload": o.max_payload,
-            "max_pending": o.max_pending, "cluster": cluster, "gateway": {}, "leaf": {},
-            "mqtt": {}, "websocket": {}, "jetstream": {},
-            "tls_timeout": o.tls.timeout if o.tls else 2,
-            "write_deadline": int(o.write_deadline * _NS), "start": rfc3339(s.started),
-            "now": rfc3339(now), "uptime": uptime(now - s.started), "mem": _rss(),
-            "cores": os.cpu_count() or 1, "gomaxprocs": os.cpu_count() or 1, "cpu": cpu_pct,
-            "connections": len(clients), "total_connections": s.total_connections,
-            "routes": len(s.cluster.routes) if s.cluster is not None else 0, "remotes": 0,
-            "leafnodes": 0, **totals, "slow_consumers": s.slow_consumers,
-            "stale_connections": sum(s.stale.values()), "stalled_clients": s.stalls,
-            "subscriptions": s.sublist.count,
-            "http_req_stats": dict(self.requests),
-            "config_load_time": rfc3339(s.started),
-            **({"tags": list(o.tags)} if o.tags else {}),
-            "slow_consumer_stats": {"clients": s.slow_consumers, "routes": 0, "gateways": 0,
-                                    "leafs": 0},
-            "stale_connection_stats": {**s.stale, "gateways": 0, "leafs": 0},
-        }
-        return json_response(varz)
+        return json_response(self.endpoints.varz({}))
 
     async def connz(self, request: web.Request) -> web.Response:
-        s = self.server
-        offset, limit = offset_limit(request)
-        subs = subs_option(request)
-        now = time.time()
-        conns = [c for cid, c in s.clients.items() if cid not in s.internal]
-        sort = request.query.get("sort", "cid")
-        key = _SORTS.get(sort)
-        if key is None:
-            raise web.HTTPBadRequest(text=f"Invalid sorting option: {sort}")
-        conns.sort(key=lambda c: key(c, now), reverse=sort not in ("cid", "start"))
-        state = request.query.get("state", "open").lower()
-        if state not in ("open", "closed", "all", "any"):
-            raise web.HTTPBadRequest(text=f"Invalid connection state: {state}")
-        if state == "open":  # only the page is described
-            total = len(conns)
-            items = [client_item(c, now) for c in conns[offset : offset + limit]]
-        else:
-            listed = ([] if state == "closed" else [client_item(c, now) for c in conns])
-            listed += s.closed_clients
-            total = len(listed)
-            items = [dict(item) for item in listed[offset : offset + limit]]
-        auth = request.query.get("auth", "").lower() in ("1", "true")
-        detail = subs_detail(request)
-        out = []
-        for item in items:
-            listed = item.pop("subscriptions_list", [])
-            if listed and detail:
-                item["subscriptions_list_detail"] = listed
-            elif listed and subs:
-                item["subscriptions_list"] = [sub["subject"] for sub in listed]
-            if not auth:
-                item.pop("authorized_user", None)
-            out.append(item)
-        return json_response({
-            "server_id": s.server_id, "now": rfc3339(now), "num_connections": len(out),
-            "total": total, "offset": offset, "limit": limit, "connections": out,
-        })
+        q = request.query
+        state_text = q.get("state", "")
+        state = _STATES.get(state_text.lower(), -1) if state_text else OPEN
+        if state < 0:
+            raise EndpointError(f"Error decoding state for {state_text}")
+        detail = q.get("subs", "").lower() == "detail"
+        opts = {"sort": q.get("sort", ""), "auth": _flag(q, "auth"),
+                "subscriptions": not detail and _flag(q, "subs"),
+                "subscriptions_detail": detail, "offset": _int(q, "offset"),
+                "limit": _int(q, "limit"), "cid": _int(q, "cid"), "state": state,
+                "user": q.get("user", ""), "acc": q.get("acc", ""),
+                "mqtt_client": q.get("mqtt_client", "")}
+        return json_response(self.endpoints.connz(opts))
 
     async def routez(self, request: web.Request) -> web.Response:
-        s = self.server
-        subs = subs_option(request)
-        routes = []
-        if s.cluster is not None:
-            for r in s.cluster.routes.values():
-                in_msgs, in_bytes = r.published()
-                item: dict[str, Any] = {
-                    "rid": r.cid, "remote_id": r.remote_id, "remote_name": r.remote_name,
-                    "did_solicit": bool(r.url), "is_configured": bool(r.url and not r.implicit),
-                    "ip": r.host, "port": r.port, "start": rfc3339(r.started),
-                    "last_activity": rfc3339(_last(r)), "rtt": _rtt(r),
-                    "uptime": uptime(time.time() - r.started),
-                    "idle": uptime(time.time() - _last(r)),
-                    "pending_size": r.transport.get_write_buffer_size() if r.transport else 0,
-                    "in_msgs": in_msgs, "out_msgs": r.out_msgs, "in_bytes": in_bytes,
-                    "out_bytes": r.out_payload, "subscriptions": len(r.subs),
-                }
-                if r.subs and subs_detail(request):
-                    item["subscriptions_list_detail"] = [sub_detail(sub, r.cid)
-                                                         for sub in r.subs.values()]
-                elif r.subs and subs:
-                    item["subscriptions_list"] = [sub.subject.decode(errors="replace")
-                                                  for sub in r.subs.values()]
-                routes.append(item)
-        return json_response({"server_id": s.server_id, "server_name": s.name,
-                              "now": rfc3339(time.time()), "num_routes": len(routes),
-                              "routes": routes})
+        q = request.query
+        detail = q.get("subs", "").lower() == "detail"
+        return json_response(self.endpoints.routez({
+            "subscriptions": not detail and _flag(q, "subs"),
+            "subscriptions_detail": detail}))
 
     async def subsz(self, request: web.Request) -> web.Response:
-        """The index's numbers (SublistStats); with `subs=1` the clients' subscriptions,
-        those matching `test` (a subject) only when given."""
-        s = self.server
-        offset, limit = offset_limit(request)
-        test = request.query.get("test", "")
-        if test and not is_valid_literal_subject(test):
-            raise web.HTTPBadRequest(
-                text=f"invalid test subject, must be valid publish subject: {test}")
-        body: dict[str, Any] = {
-            "server_id": s.server_id, "now": rfc3339(time.time()),
-            **s.sublist.stats(s.message_totals()["in_msgs"]),
-            "total": 0, "offset": offset, "limit": limit,
-        }
-        if subs_option(request):
-            subs = [{"account": "$G", "account_tag": "$G", **sub_detail(sub, c.cid)}
-                    for c in s.clients.values() for sub in c.subs.values()
-                    if not test or subject_matches(sub.subject, test.encode())]
-            body["total"] = len(subs)
-            page = subs[offset : offset + limit]
-            if page:
-                body["subscriptions_list"] = page
-        return json_response(body)
+        q = request.query
+        return json_response(self.endpoints.subsz({
+            "subscriptions": _flag(q, "subs"), "offset": _int(q, "offset"),
+            "limit": _int(q, "limit"), "account": q.get("acc", ""), "test": q.get("test", "")}))
+
+    async def accountz(self, request: web.Request) -> web.Response:
+        return json_response(self.endpoints.accountz({"account": request.query.get("acc", "")}))
+
+    async def accstatz(self, request: web.Request) -> web.Response:
+        return json_response(self.endpoints.accstatz(
+            {"include_unused": _flag(request.query, "unused")}))
 
     async def metrics(self, request: web.Request) -> web.Response:
         """/varz's numbers in Prometheus' text format, named as the NATS exporter names
@@ -260,7 +146,7 @@ class Monitor:
         values: dict[str, tuple[str, float]] = {
             "connections": ("gauge", sum(1 for cid in s.clients if cid not in s.internal)),
             "total_connections": ("counter", s.total_connections),
-            "subscriptions": ("gauge", s.sublist.count),
+            "subscriptions": ("gauge", self.endpoints.num_subscriptions()),
             "slow_consumers": ("counter", s.slow_consumers),
             "routes": ("gauge", len(s.cluster.routes) if s.cluster is not None else 0),
             "mem": ("gauge", _rss()),
@@ -276,74 +162,24 @@ class Monitor:
             lines.append(f'{name}{{server_id="{s.server_id}"}} {value}')
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
-    async def accountz(self, request: web.Request) -> web.Response:
-        s = self.server
-        return json_response({"server_id": s.server_id, "now": rfc3339(time.time()),
-                              "accounts": ["$G"]})
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
-def client_item(c: Any, now: float, stop: float = 0.0, reason: str = "") -> dict[str, Any]:
-    """One connection as /connz shows it (closed ones with when and why)."""
-    in_msgs, in_bytes = c.published()
-    transport = c.transport
-    item: dict[str, Any] = {
-        "cid": c.cid, "kind": "Client", "type": "nats", "ip": c.host, "port": c.port,
-        "start": rfc3339(c.started), "last_activity": rfc3339(_last(c)),
-    }
-    if stop:
-        item["stop"] = rfc3339(stop)
-        item["reason"] = reason
-    item.update({
-        "rtt": _rtt(c), "uptime": uptime((stop or now) - c.started),
-        "idle": uptime((stop or now) - _last(c)),
-        "pending_bytes": transport.get_write_buffer_size() if transport and not stop else 0,
-        "in_msgs": in_msgs, "out_msgs": c.out_msgs, "in_bytes": in_bytes,
-        "out_bytes": c.out_payload, "subscriptions": len(c.subs),
-    })
-    for field in ("name", "lang", "version"):
-        value = getattr(c, field, "")
-        if value:
-            item[field] = value
-    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
-    if ssl_object is not None:
-        item["tls_version"] = (ssl_object.version() or "").replace("TLSv", "")
-        item["tls_cipher_suite"] = (ssl_object.cipher() or ("",))[0]
-    user = c.authorized_user()
-    if user:
-        item["authorized_user"] = user  # shown with ?auth=1 only (connz)
-    # Each subscription in detail; connz shows them so (subs=detail), or their subjects.
-    item["subscriptions_list"] = [sub_detail(sub, c.cid) for sub in c.subs.values()]
-    return item
+def _flag(query: Any, name: str) -> bool:
+    """A boolean query parameter, as the reference reads it (Go's ParseBool)."""
+    text = query.get(name, "")
+    if text in ("", "0", "f", "F", "false", "FALSE", "False"):
+        return False
+    if text in ("1", "t", "T", "true", "TRUE", "True"):
+        return True
+    raise EndpointError(f"Error decoding boolean for '{name}': strconv.ParseBool: parsing "
+                        f'"{text}": invalid syntax')
 
 
-def sub_detail(sub: Any, cid: int) -> dict[str, Any]:
-    """A subscription as the reference's SubDetail shows it (no account: connz, routez)."""
-    detail: dict[str, Any] = {"subject": sub.subject.decode(errors="replace")}
-    if sub.queue:
-        detail["qgroup"] = sub.queue.decode(errors="replace")
-    detail["sid"] = sub.sid.decode(errors="replace")
-    detail["msgs"] = sub.delivered
-    if sub.max:
-        detail["max"] = sub.max
-    detail["cid"] = cid
-    return detail
-
-
-def _last(conn: Connection) -> float:
-    """Wall-clock time of the connection's last input."""
-    return time.time() - (time.monotonic() - conn.last_in) if conn.last_in else conn.started
-
-
-_SORTS: dict[str, Callable[[Any, float], Any]] = {
-    "cid": lambda c, now: c.cid,
-    "start": lambda c, now: c.started,
-    "subs": lambda c, now: len(c.subs),
-    "pending": lambda c, now: c.transport.get_write_buffer_size() if c.transport else 0,
-    "msgs_to": lambda c, now: c.out_msgs,
-    "msgs_from": lambda c, now: c.published()[0],
-    "bytes_to": lambda c, now: c.out_payload,
-    "bytes_from": lambda c, now: c.published()[1],
-    "last": lambda c, now: _last(c),
-    "idle": lambda c, now: now - _last(c),
-    "uptime": lambda c, now: now - c.started,
-}
+def _int(query: Any, name: str) -> int:
+    try:
+        return int(query.get(name, "0") or "0")
+    except ValueError:
+        return 0

@@ -30,6 +30,7 @@ from .sublist import Sublist, Subscription
 if TYPE_CHECKING:
     from .monitor import Monitor
     from .msgtrace import MsgTrace
+    from .sysaccount import SystemAccount
     from .websocket import WebSocketListener
 
 log = logging.getLogger("tidings.server")
@@ -77,6 +78,8 @@ class Server:
         self.connect_urls: list[str] = []  # the cluster's client URLs, for clients' INFO
         self.lame_duck = False
         self.monitor: Monitor | None = None  # -m: the HTTP monitoring endpoints
+        # The system account's events and requests (sysaccount.py), once started.
+        self.events: SystemAccount | None = None
         self.ports_file = PortsFile(self)  # ports_file_dir (written once ready: node.py)
         self.tls_context: Any = None  # ssl.SSLContext of the client listener with TLS
         self.ws_listener: WebSocketListener | None = None  # `websocket { }` (websocket.py)
@@ -151,6 +154,10 @@ class Server:
             self.listeners.append(listener)
             if isinstance(listener, ClientPort):
                 self._log_client_port()
+        from .sysaccount import SystemAccount
+
+        self.events = SystemAccount(self)
+        self.events.start()
         if opts.write_deadline > 0:
             self._sweeper = self.loop.call_later(1.0, self._sweep_writes)
         if announce:
@@ -214,6 +221,8 @@ class Server:
         default the write deadline, else 10 s); what is still stuck then is dropped."""
         log.info("Initiating Shutdown...")
         self._stopping = True
+        if self.events is not None:
+            self.events.stop()  # (its SHUTDOWN event first; no events for those closed now)
         for listener in self.listeners:
             listener.close()
         if self._sweeper is not None:
@@ -439,8 +448,10 @@ class Server:
         client.account.connections -= 1
         if client.cid not in self.internal:
             self.retire(client)
-        if self.monitor is not None and client.cid not in self.internal:
-            from .monitor import client_item
+        # Kept for /connz?state=closed (HTTP, or the system account's CONNZ).
+        if ((self.monitor is not None or self.accounts.configured)
+                and client.cid not in self.internal):
+            from .endpoints import client_item
 
             now = time.time()
             self.closed_clients.append(
@@ -456,6 +467,8 @@ class Server:
         for sub in subs:
             sub.closed = True  # delivery skips it from now on, wherever it still is
         self.drop_subs(subs, client.account)
+        if self.events is not None:
+            self.events.disconnected(client)
 
     def drop_subs(self, subs: list[Subscription], account: Account) -> None:
         """Take subscriptions of a closed connection (client or route) out of `account`'s
