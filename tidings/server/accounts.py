@@ -85,6 +85,12 @@ class Account:
     def __repr__(self) -> str:
         return f"Account({self.name!r})"
 
+    def configure(self, config: AccountConfig | None) -> None:
+        """Take `config`'s exports and limits (None: none of its own any more)."""
+        self.config = config
+        self.limits = config.limits if config is not None else AccountLimits()
+        self.exports = list(config.exports) if config is not None else []
+
     def export_for(self, kind: type, subject: str, importer: str) -> Any:
         """The export of `kind` that lets account `importer` import `subject`, or None."""
         for export in self.exports:
@@ -255,12 +261,6 @@ class Accounts:
         """A reload's accounts: new ones added, changed ones given their new exports and
         limits, every import wired again. An account no longer configured stays until its
         clients are gone (the reload closes them: their users are gone or moved)."""
-        for account, sub in self.import_relays:
-            sub.closed = True
-            account.sublist.remove(sub)
-        gone = {id(sub) for _, sub in self.import_relays}
-        self.relays = [(a, s) for a, s in self.relays if id(s) not in gone]
-        self.import_relays = []
         for name, config in configs.items():
             account = self.by_name.get(name)
             if account is None:
@@ -269,15 +269,26 @@ class Accounts:
                 for watcher in self.watchers:
                     watcher(account)
             else:
-                account.config = config
-                account.limits = config.limits
-                account.exports = list(config.exports)
+                account.configure(config)
         for name, account in list(self.by_name.items()):
             if name not in configs and account.config is not None and not account.system:
-                account.config = None
-                account.exports = []
-                account.limits = AccountLimits()
+                account.configure(None)
         self.configured = self.configured or bool(configs)
+        self._rewire()
+
+    def update(self, account: Account, config: AccountConfig) -> None:
+        """An account's new configuration (operator mode: a newer JWT): its exports and
+        limits now, and every import wired again (others' may import from it)."""
+        account.configure(config)
+        self._rewire()
+
+    def _rewire(self) -> None:
+        for account, sub in self.import_relays:
+            sub.closed = True
+            account.sublist.remove(sub)
+        gone = {id(sub) for _, sub in self.import_relays}
+        self.relays = [(a, s) for a, s in self.relays if id(s) not in gone]
+        self.import_relays = []
         for account in list(self.by_name.values()):
             if account.config is not None:
                 for imp in account.config.imports:

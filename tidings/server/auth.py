@@ -227,6 +227,7 @@ class Login:
     listed: bool = False  # one of the users (or nkeys) array's
     account: Account | None = None  # the account it belongs to (None: the global one)
     expires: float = 0.0  # when its credentials expire (Unix time; 0: never)
+    issued_at: int = 0  # its user JWT's (revocations are judged by it)
     max_subs: int = -1  # subscriptions per connection (-1: no limit)
     max_payload: int = -1  # below the server's max_payload (-1: no limit of its own)
 
@@ -306,7 +307,8 @@ class Authenticator:
     """The server's users and how a CONNECT is checked against them (see the module
     docstring). Rebuilt from the options on reload."""
 
-    def __init__(self, options: ServerOptions, accounts: Accounts | None = None) -> None:
+    def __init__(self, options: ServerOptions, accounts: Accounts | None = None,
+                 operator: OperatorAuth | None = None) -> None:
         auth = options.auth
         self.options = options
         default = auth.default_permissions
@@ -331,12 +333,8 @@ class Authenticator:
                     max_payload=payload))
         self.required = options.auth_required
         # Operator mode: users are JWTs signed for accounts the operator signed.
-        self.operator: OperatorAuth | None = None
-        operator = getattr(options, "operator", None)
-        if operator is not None and operator.claims and accounts is not None:
-            from .operator import OperatorAuth
-
-            self.operator = OperatorAuth(accounts, operator)
+        self.operator = operator
+        if operator is not None:
             self.required = True
         ws = options.websocket
         self.ws_override = ws is not None and bool(ws.user or ws.token or ws.no_auth_user)

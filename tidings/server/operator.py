@@ -16,6 +16,7 @@ Violation`; its reason goes to the debug log.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
 import time
@@ -33,13 +34,14 @@ from ..config.accounts import (
     StreamImport,
 )
 from ..config.auth import Permissions, ResponsePermission, SubjectPermission
-from ..protocol.errors import ACCOUNT_AUTHENTICATION_EXPIRED
-from .accounts import Account, Accounts
+from ..protocol.errors import ACCOUNT_AUTHENTICATION_EXPIRED, USER_AUTHENTICATION_REVOKED
+from .accounts import Account, Accounts, publish_internal
 from .auth import Login, Rights
 
 if TYPE_CHECKING:
     from ..config.operator import OperatorOptions
     from .client import ClientConnection
+    from .sysaccount import SystemAccount
 
 log = logging.getLogger("tidings.server")
 
@@ -104,6 +106,7 @@ class OperatorAuth:
         self.strict = any(c.strict_signing_key_usage for c in options.claims)
         self.resolver = Resolver(options)
         self.claims: dict[str, jwt.AccountClaims] = {}
+        self.events: SystemAccount | None = None  # once the system account runs (serve)
         accounts.lookup = self.load_account
 
     # -- accounts ------------------------------------------------------------------------
@@ -213,13 +216,115 @@ class OperatorAuth:
             until = time.time() + window
             expires = min(expires, until) if expires else until
         return Login(user.name or user.subject, Rights(perms) if perms else None,
-                     user.subject, True, account, expires=expires,
+                     user.subject, True, account, expires=expires, issued_at=user.issued_at,
                      max_subs=_min_limit(limits.subs, account.limits.max_subscriptions),
                      max_payload=_min_limit(limits.payload, account.limits.max_payload))
 
     def _refused(self, conn: ClientConnection, why: str) -> None:
         log.debug("%s - %s", conn.describe(), why)
         return None
+
+    # -- claims updates and lookups (the system account's requests) ----------------------
+    def serve(self, events: SystemAccount) -> None:
+        """Answer the resolver's requests in the system account, as the reference's: an
+        account JWT update (`$SYS.REQ.ACCOUNT.<key>.CLAIMS.UPDATE`, the older
+        `$SYS.ACCOUNT.<key>.CLAIMS.UPDATE`, and for a full resolver `$SYS.REQ.CLAIMS.UPDATE`
+        with the key taken from the JWT), and for a full resolver the lookup of one
+        (`$SYS.REQ.ACCOUNT.<key>.CLAIMS.LOOKUP`) and the list (`$SYS.REQ.CLAIMS.LIST`)."""
+        self.events = events
+        system = events.system
+        for subject in ("$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE", "$SYS.ACCOUNT.*.CLAIMS.UPDATE"):
+            events._subscribe(system, subject, self._update_named)
+        if self.resolver.dir:
+            events._subscribe(system, "$SYS.REQ.CLAIMS.UPDATE", self._update_any)
+            events._subscribe(system, "$SYS.REQ.ACCOUNT.*.CLAIMS.LOOKUP", self._lookup)
+            events._subscribe(system, "$SYS.REQ.CLAIMS.LIST", self._list)
+
+    def _update_named(self, subject: bytes, reply: bytes | None, headers: bytes | None,
+                      payload: bytes) -> None:
+        tokens = subject.decode(errors="replace").split(".")
+        key = tokens[3] if len(tokens) == 6 else tokens[2]
+        self._update(key, reply, payload)
+
+    def _update_any(self, subject: bytes, reply: bytes | None, headers: bytes | None,
+                    payload: bytes) -> None:
+        self._update("", reply, payload)
+
+    def _update(self, key: str, reply: bytes | None, payload: bytes) -> None:
+        """Check, keep and apply an account JWT, and say how it went."""
+        token = payload.decode(errors="replace").strip()
+        if not token and key:
+            return self._respond(reply, key, "jwt update error", "request body is empty")
+        try:
+            claims = jwt.decode_account(token, now=0)
+        except jwt.JwtError as exc:
+            return self._respond(reply, key or "n/a", "jwt update resulted in error", str(exc))
+        key = key or claims.subject
+        if claims.subject != key:
+            return self._respond(reply, key, "jwt update resulted in error",
+                                 "subject does not match jwt content")
+        if not self._trusted_issuer(claims):
+            return self._respond(reply, key, "jwt validation failed",
+                                 "not signed by a trusted operator")
+        loaded = self.accounts.get(key)
+        if not self.resolver.dir and loaded is None:
+            return self._respond(reply, key, "jwt update skipped")
+        try:
+            self.resolver.store(key, token)
+        except OSError as exc:
+            return self._respond(reply, key, "jwt update resulted in error", str(exc))
+        if loaded is not None:
+            self._apply(loaded, claims)
+        self._respond(reply, key, "jwt updated")
+
+    def _apply(self, account: Account, claims: jwt.AccountClaims) -> None:
+        """A loaded account's newer JWT: its exports, imports and limits, the revocations
+        and disallowed bearer tokens closing the connections they now refuse."""
+        self.claims[account.name] = claims
+        if account is not self.accounts.system_account:
+            self.accounts.update(account, account_config(claims))
+        for client in list(self.accounts.server.clients.values()):
+            if client.account is not account or client.internal or client.closed:
+                continue
+            login = client.login
+            if login.nkey and jwt.is_revoked(claims, login.nkey, login.issued_at):
+                client.close_reason = "Authentication Revoked"
+                client.close_with_error(USER_AUTHENTICATION_REVOKED, "user JWT revoked")
+        if claims.expires:
+            delay = max(0.0, claims.expires - time.time())
+            self.accounts.server.loop.call_later(delay, self._account_expired, account,
+                                                 claims.expires)
+
+    def _respond(self, reply: bytes | None, key: str, message: str, error: str = "") -> None:
+        if error:
+            log.error("%s - %s - %s", message, key, error)
+        else:
+            log.debug("%s - %s", message, key)
+        if not reply:
+            return
+        body: dict[str, Any] = {"server": self.events.server_info()}
+        if error:
+            body["error"] = {"account": key, "code": 500, "description": f"{message} - {error}"}
+        else:
+            body["data"] = {"account": key, "code": 200, "message": message}
+        publish_internal(self.accounts.server, self.events.system, reply,
+                         json.dumps(body, separators=(",", ":")).encode())
+
+    def _lookup(self, subject: bytes, reply: bytes | None, headers: bytes | None,
+                payload: bytes) -> None:
+        tokens = subject.decode(errors="replace").split(".")
+        if not reply or len(tokens) != 6:
+            return
+        token = self.resolver.fetch(tokens[3]) or ""
+        publish_internal(self.accounts.server, self.events.system, reply, token.encode())
+
+    def _list(self, subject: bytes, reply: bytes | None, headers: bytes | None,
+              payload: bytes) -> None:
+        if not reply:
+            return
+        body = {"server": self.events.server_info(), "data": self.resolver.keys()}
+        publish_internal(self.accounts.server, self.events.system, reply,
+                         json.dumps(body, separators=(",", ":")).encode())
 
 
 def _min_limit(a: int, b: int) -> int:

@@ -30,6 +30,7 @@ from .sublist import Sublist, Subscription
 if TYPE_CHECKING:
     from .monitor import Monitor
     from .msgtrace import MsgTrace
+    from .operator import OperatorAuth
     from .sysaccount import SystemAccount
     from .websocket import WebSocketListener
 
@@ -102,7 +103,13 @@ class Server:
         # Clients with allow_responses connected now: only then are requests' deliveries
         # watched for reply subjects to grant (see route), so that others pay nothing.
         self.responders = 0
-        self.auth = Authenticator(self.options, self.accounts)
+        # Operator mode (JWTs): made once, as its resolver and claims outlive reloads.
+        self.operator: OperatorAuth | None = None
+        if self.options.operator is not None and self.options.operator.claims:
+            from .operator import OperatorAuth
+
+            self.operator = OperatorAuth(self.accounts, self.options.operator)
+        self.auth = Authenticator(self.options, self.accounts, self.operator)
         self.bcrypt = Bcrypt()
 
     @property
@@ -183,7 +190,7 @@ class Server:
 
     def set_auth(self) -> None:
         """Build the users and permissions from the options again (on reload)."""
-        self.auth = Authenticator(self.options, self.accounts)
+        self.auth = Authenticator(self.options, self.accounts, self.operator)
 
     def build_info(self) -> None:
         """The INFO fields every client gets, from the options (again after a reload)."""

@@ -276,6 +276,8 @@ class SystemAccount:
         self._subscribe(self.system, "$SYS.SERVER.*.SHUTDOWN", self._remote_shutdown)
         self._subscribe(self.system, self._reply_prefix.decode() + "*", self._relay_response)
         self.accounts.watch(self._account_added)
+        if self.server.operator is not None:
+            self.server.operator.serve(self)  # claims updates and lookups
         self._statsz_timer = self.server.loop.call_later(STATSZ_FIRST, self._statsz_tick)
 
     def stop(self) -> None:

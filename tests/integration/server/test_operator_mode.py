@@ -324,3 +324,66 @@ def test_a_bad_nonce_signature_is_refused(world: World, signed: str) -> None:
         field = "" if signed == "no signature" else f',"sig":"{text}"'
         conn.send(f'CONNECT {{"jwt":"{token}"{field},"verbose":false}}\r\nPING\r\n'.encode())
         assert conn.read_to_eof() == b"-ERR 'Authorization Violation'\r\n"
+
+
+@pytest.mark.parametrize("kind", ["reference", "tidings"])
+async def test_a_full_resolver_takes_claims_updates(kind: str, tmp_path: Path) -> None:
+    """`resolver { type: full }`: a system account user pushes a new account's JWT
+    ($SYS.REQ.CLAIMS.UPDATE), its users log in; the JWT is looked up and listed; an update
+    that revokes a connected user closes that user's connection."""
+    import asyncio
+    import json
+
+    now = int(time.time())
+    op, sys_acc, a, b = (Key.new(k) for k in ("operator", "account", "account", "account"))
+    accounts = {sys_acc.public: account_jwt(sys_acc, op), a.public: account_jwt(a, op)}
+    (tmp_path / "op.jwt").write_text(operator_jwt(op))
+    jwt_dir = tmp_path / "jwt"
+    preload = "\n".join(f"  {key}: {token}" for key, token in accounts.items())
+    conf = (f'operator: "{tmp_path / "op.jwt"}"\nsystem_account: {sys_acc.public}\n'
+            f'resolver {{ type: full, dir: "{jwt_dir}" }}\n'
+            f"resolver_preload: {{\n{preload}\n}}\n")
+    server = start_configured(kind, conf)
+
+    def creds_for(account: Key, std: dict | None = None) -> str:
+        user = Key.new("user")
+        return str(write_creds(tmp_path / f"{user.public}.creds",
+                               user_jwt(user, account, std=std), user))
+
+    try:
+        admin = await nats.connect(server.url, user_credentials=creds_for(sys_acc))
+        token_b = account_jwt(b, op)
+        reply = await admin.request("$SYS.REQ.CLAIMS.UPDATE", token_b.encode(), timeout=5)
+        assert json.loads(reply.data)["data"] == {
+            "account": b.public, "code": 200, "message": "jwt updated"}
+        in_b = await nats.connect(server.url, user_credentials=creds_for(b))
+        await in_b.flush()
+        found = await admin.request(f"$SYS.REQ.ACCOUNT.{b.public}.CLAIMS.LOOKUP", b"",
+                                    timeout=5)
+        assert found.data.decode() == token_b
+        listed = await admin.request("$SYS.REQ.CLAIMS.LIST", b"", timeout=5)
+        assert {a.public, b.public, sys_acc.public} <= set(json.loads(listed.data)["data"])
+        bad = await admin.request(f"$SYS.REQ.ACCOUNT.{a.public}.CLAIMS.UPDATE",
+                                  token_b.encode(), timeout=5)
+        error = json.loads(bad.data)["error"]
+        assert error["code"] == 500 and error["account"] == a.public
+        assert "subject does not match jwt content" in error["description"]
+
+        closed = asyncio.Event()
+
+        async def on_closed() -> None:
+            closed.set()
+
+        victim = await nats.connect(server.url, user_credentials=creds_for(a, {"iat": now - 10}),
+                                    allow_reconnect=False, closed_cb=on_closed)
+        await victim.flush()
+        revoking = account_jwt(a, op, revocations={"*": now})
+        reply = await admin.request(f"$SYS.REQ.ACCOUNT.{a.public}.CLAIMS.UPDATE",
+                                    revoking.encode(), timeout=5)
+        assert json.loads(reply.data)["data"]["message"] == "jwt updated"
+        await asyncio.wait_for(closed.wait(), 10)
+        assert "revoked" in str(victim.last_error).lower()
+        for nc in (admin, in_b):
+            await nc.close()
+    finally:
+        server.stop()
