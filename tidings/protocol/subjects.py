@@ -84,26 +84,17 @@ def subject_matches(pattern: bytes | str, subject: bytes | str) -> bool:
     """True when `subject` matches the (possibly wildcard) `pattern`. A `*` or `>` token of
     `subject` itself is an ordinary token, which only a wildcard of `pattern` matches (the
     permission check of a wildcard SUB relies on it)."""
-    if isinstance(pattern, str):
-        pattern = pattern.encode()
-    if isinstance(subject, str):
-        subject = subject.encode()
-    ptoks = pattern.split(b".")
-    stoks = subject.split(b".")
-    for i, ptok in enumerate(ptoks):
-        if ptok == b">":
-            return len(stoks) > i
-        if i >= len(stoks):
-            return False
-        if ptok != b"*" and ptok != stoks[i]:
-            return False
-    return len(ptoks) == len(stoks)
+    return _covered(pattern, subject, subset=False)
 
 
 def is_subset(subject: bytes | str, pattern: bytes | str) -> bool:
     """True when every subject that `subject` (itself possibly a pattern) matches is one
-    that `pattern` matches too: a `>` of `subject` only under a `>` of `pattern`, a `*` only
-    under a wildcard (an import's subject against an export's)."""
+    that `pattern` matches too (an import's subject against an export's): as
+    subject_matches, but a `>` of `subject` only under a `>` of `pattern`."""
+    return _covered(pattern, subject, subset=True)
+
+
+def _covered(pattern: bytes | str, subject: bytes | str, subset: bool) -> bool:
     if isinstance(pattern, str):
         pattern = pattern.encode()
     if isinstance(subject, str):
@@ -113,11 +104,8 @@ def is_subset(subject: bytes | str, pattern: bytes | str) -> bool:
     for i, ptok in enumerate(ptoks):
         if ptok == b">":
             return len(stoks) > i
-        if i >= len(stoks):
+        if i >= len(stoks) or (subset and stoks[i] == b">"):
             return False
-        stok = stoks[i]
-        if stok == b">":
-            return False
-        if ptok != b"*" and (stok == b"*" or ptok != stok):
+        if ptok != b"*" and ptok != stoks[i]:
             return False
     return len(ptoks) == len(stoks)

@@ -38,7 +38,7 @@ from ..config.accounts import (
     StreamImport,
 )
 from ..protocol.subjects import is_subset
-from ..protocol.transform import Transform, prefixed
+from ..protocol.transform import Transform, TransformError, prefixed
 from .sublist import Sublist, Subscription
 
 if TYPE_CHECKING:
@@ -300,10 +300,13 @@ class Accounts:
             log.warning("account %s: import from unknown account %s ignored", account.name,
                         imp.account)
             return
-        if isinstance(imp, StreamImport):
-            self._stream_import(account, source, imp)
-        else:
-            self._service_import(account, source, imp)
+        try:
+            if isinstance(imp, StreamImport):
+                self._stream_import(account, source, imp)
+            else:
+                self._service_import(account, source, imp)
+        except TransformError as exc:  # (the configuration's check refuses these first)
+            log.warning("account %s: import of %r ignored: %s", account.name, imp.subject, exc)
 
     def _stream_import(self, account: Account, source: Account, imp: StreamImport) -> None:
         if source.export_for(StreamExport, imp.subject, account.name) is None:

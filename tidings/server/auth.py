@@ -382,7 +382,8 @@ class Authenticator:
                     return None
                 if name != sent_nkey:
                     return found[1]  # the no_auth_user: there is no signature to check
-                return found[1] if self._signed(conn, connect, sent_nkey) else None
+                return (found[1] if nonce_signed(conn.nonce, connect.get("sig"), sent_nkey)
+                        else None)
         if self.users:
             if self.ws_tls_map if conn.websocket else self.tls_map:
                 for name in conn.tls_identities or ():
@@ -409,29 +410,30 @@ class Authenticator:
             return _compare(password, connect.get("pass"), Login(username))
         return None
 
-    def _signed(self, conn: ClientConnection, connect: dict[str, Any], nkey: str) -> bool:
-        sig = connect.get("sig")
-        nonce = conn.nonce
-        if not sig or not nonce:
-            return False
-        try:
-            raw = base64.urlsafe_b64decode(sig + "=" * (-len(sig) % 4))
-        except ValueError:
-            try:
-                raw = base64.b64decode(sig, validate=True)
-            except ValueError:
-                return False
-        key = user_nkey_bytes(nkey)
-        if key is None:
-            return False
-        from nacl.exceptions import BadSignatureError
-        from nacl.signing import VerifyKey
 
+def nonce_signed(nonce: str, sig: Any, user_key: str) -> bool:
+    """Whether `sig` (base64url, or standard base64, as CONNECT carries it) is the user
+    NKey `user_key`'s signature of this connection's `nonce`."""
+    if not isinstance(sig, str) or not sig or not nonce:
+        return False
+    try:
+        raw = base64.urlsafe_b64decode(sig + "=" * (-len(sig) % 4))
+    except ValueError:
         try:
-            VerifyKey(key).verify(nonce.encode(), raw)
-        except (BadSignatureError, ValueError, TypeError):
+            raw = base64.b64decode(sig, validate=True)
+        except ValueError:
             return False
-        return True
+    key = user_nkey_bytes(user_key)
+    if key is None:
+        return False
+    from nacl.exceptions import BadSignatureError
+    from nacl.signing import VerifyKey
+
+    try:
+        VerifyKey(key).verify(nonce.encode(), raw)
+    except (BadSignatureError, ValueError, TypeError):
+        return False
+    return True
 
 
 def _usable(table: dict[str, tuple[User, Login]], name: str,

@@ -15,7 +15,6 @@ Violation`; its reason goes to the debug log.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
@@ -36,7 +35,7 @@ from ..config.accounts import (
 from ..config.auth import Permissions, ResponsePermission, SubjectPermission
 from ..protocol.errors import ACCOUNT_AUTHENTICATION_EXPIRED, USER_AUTHENTICATION_REVOKED
 from .accounts import Account, Accounts, publish_internal
-from .auth import Login, Rights
+from .auth import Login, Rights, nonce_signed
 
 if TYPE_CHECKING:
     from ..config.operator import OperatorOptions
@@ -196,7 +195,7 @@ class OperatorAuth:
         known_types = [t for t in types if t in jwt.CONNECTION_TYPES]
         if types and (not known_types or kind not in known_types):
             return self._refused(conn, "Connection type not allowed")
-        if not limits.bearer_token and not _signed(conn.nonce, connect.get("sig"), user.subject):
+        if not limits.bearer_token and not nonce_signed(conn.nonce, connect.get("sig"), user.subject):
             return self._refused(conn, "Signature not verified")
         if jwt.is_revoked(claims, user.subject, user.issued_at):
             return self._refused(conn, "User authentication revoked")
@@ -334,29 +333,6 @@ def _min_limit(a: int, b: int) -> int:
     if b < 0:
         return a
     return min(a, b)
-
-
-def _signed(nonce: str, sig: Any, user_key: str) -> bool:
-    if not isinstance(sig, str) or not sig or not nonce:
-        return False
-    try:
-        raw = base64.urlsafe_b64decode(sig + "=" * (-len(sig) % 4))
-    except ValueError:
-        try:
-            raw = base64.b64decode(sig, validate=True)
-        except ValueError:
-            return False
-    key = jwt.public_key_bytes(user_key, jwt.PREFIX_USER)
-    if key is None:
-        return False
-    from nacl.exceptions import BadSignatureError
-    from nacl.signing import VerifyKey
-
-    try:
-        VerifyKey(key).verify(nonce.encode(), raw)
-    except (BadSignatureError, ValueError, TypeError):
-        return False
-    return True
 
 
 def _permissions(limits: jwt.UserPermissionLimits) -> Permissions | None:

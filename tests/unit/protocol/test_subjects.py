@@ -189,3 +189,15 @@ def test_matching_follows_the_model(pattern: str, subject: str) -> None:
 @given(pattern=names)
 def test_a_pattern_matches_itself(pattern: str) -> None:
     assert subject_matches(pattern, pattern)
+
+
+@pytest.mark.parametrize(("subject", "pattern", "covered"), [
+    ("a.b", "a.*", True), ("a.*", "a.>", True), ("a.>", "a.*", False), ("a.>", "a.>", True),
+    ("a.*", "a.b", False), ("a.b.c", "a.>", True), ("a", "a.>", False), ("x.>", ">", True),
+    ("*", "*", True), ("a.b", "a.b.c", False),
+])
+def test_is_subset_as_an_import_is_checked_against_an_export(subject: str, pattern: str,
+                                                             covered: bool) -> None:
+    from tidings.protocol.subjects import is_subset
+
+    assert is_subset(subject, pattern) is covered
