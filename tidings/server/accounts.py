@@ -39,6 +39,8 @@ from ..config.accounts import (
 )
 from ..protocol.subjects import is_subset
 from ..protocol.transform import Transform, TransformError, prefixed
+from .clientinfo import client_info
+from .latency import Measure, sampled
 from .sublist import Sublist, Subscription
 
 if TYPE_CHECKING:
@@ -64,7 +66,8 @@ class Account:
     """One account: its name, its subject index, its limits, what it exports."""
 
     __slots__ = ("name", "sublist", "limits", "exports", "connections", "reply_prefix",
-                 "responses", "response_relay", "config", "system", "rmsg", "hmsg")
+                 "responses", "response_relay", "config", "system", "rmsg", "hmsg",
+                 "name_tag")
 
     def __init__(self, name: str, config: AccountConfig | None = None) -> None:
         self.name = name
@@ -76,6 +79,7 @@ class Account:
         self.limits: AccountLimits = config.limits if config is not None else AccountLimits()
         self.exports: list[StreamExport | ServiceExport] = list(config.exports) if config else []
         self.connections = 0  # its clients connected now (max_connections)
+        self.name_tag = ""  # its JWT's name (operator mode)
         self.system = False
         # Service responses: the prefix of the reply subjects made here, and where each goes.
         self.reply_prefix = b""
@@ -103,14 +107,17 @@ class Account:
 class Response:
     """Where a response to a request relayed by a service import goes."""
 
-    __slots__ = ("dest", "reply", "singleton", "threshold", "last")
+    __slots__ = ("dest", "reply", "singleton", "threshold", "last", "measure", "export")
 
-    def __init__(self, dest: Account, reply: bytes, singleton: bool, threshold: float) -> None:
+    def __init__(self, dest: Account, reply: bytes, export: ServiceExport,
+                 measure: Measure | None) -> None:
         self.dest = dest
         self.reply = reply
-        self.singleton = singleton
-        self.threshold = threshold
+        self.export = export
+        self.singleton = export.response_type == "Singleton"
+        self.threshold = export.response_threshold
         self.last = time.monotonic()
+        self.measure = measure  # a sampled request (latency tracking)
 
 
 class Relay:
@@ -154,18 +161,15 @@ REQUEST_INFO = b"Nats-Request-Info"
 
 
 def request_frames(pub: Connection | None, subject: bytes, reply: bytes | None,
-                   frame: Frame) -> tuple[Frame, Frame | None]:
+                   headers: bytes | None, payload: bytes, share: bool) -> tuple[Frame, Frame | None]:
     """A request carried by a service import, on `subject` with `reply`, as the exporter
-    gets it: with a `Nats-Request-Info` header naming the requester's account (and its
-    round trip time), as the reference adds it, unless an earlier import added one."""
+    gets it: with a `Nats-Request-Info` header naming the requester's account and its
+    round trip time (all about it, with the server, when the import `share`s), as the
+    reference adds it, unless an earlier import added one."""
     from .connection import msg_frame
 
-    headers, payload = frame_message(frame)
     if pub is not None and not pub.is_route and (headers is None or REQUEST_INFO not in headers):
-        info: dict[str, Any] = {"acc": pub.account.name}
-        rtt = int(getattr(pub, "rtt", 0.0) * 1e9)
-        if rtt:
-            info["rtt"] = rtt
+        info = client_info(pub, share, where=share)  # type: ignore[arg-type]
         line = REQUEST_INFO + b": " + json.dumps(info, separators=(",", ":")).encode()
         if headers is None:
             headers = b"NATS/1.0\r\n" + line + b"\r\n\r\n"
@@ -345,30 +349,33 @@ class Accounts:
         remote = imp.subject.encode()
         local = (imp.to or imp.subject).encode()
         transform = Transform(local, remote) if local != remote else None
-        singleton = export.response_type == "Singleton"
-        threshold = export.response_threshold
+        share = imp.share
         route = self.server.route
 
         def carry(pub: Connection | None, subj: bytes, reply: bytes | None, frame: Frame,
                   plain: Frame | None, hops: int) -> bool:
             new = transform.apply(subj) if transform is not None else subj
+            headers, payload = frame_message(frame)
             if reply:
-                reply = self._response_reply(source, account, reply, singleton, threshold)
-            frame, plain = request_frames(pub, new, reply, frame)
+                measure = None
+                if export.response_type == "Singleton" and sampled(export.latency, headers):
+                    measure = Measure(pub, share)
+                reply = self._response_reply(source, account, reply, export, measure)
+            frame, plain = request_frames(pub, new, reply, headers, payload, share)
             return route(pub, new, reply, frame, plain, None, source, True, hops)
 
         self._import_sub(account, local, carry, routed=False)
 
     # -- service responses ------------------------------------------------------------
-    def _response_reply(self, source: Account, dest: Account, reply: bytes, singleton: bool,
-                        threshold: float) -> bytes:
+    def _response_reply(self, source: Account, dest: Account, reply: bytes,
+                        export: ServiceExport, measure: Measure | None) -> bytes:
         """A new reply subject of `source` whose responses go to `reply` in `dest`."""
         if not source.reply_prefix:
             source.reply_prefix = b"_R_." + _random_token(6).encode() + b"."
             source.response_relay = self._relay_sub(
                 source, source.reply_prefix + b">", lambda *a: self._respond(source, *a))
         mapped = source.reply_prefix + _random_token(6).encode()
-        source.responses[mapped] = Response(dest, reply, singleton, threshold)
+        source.responses[mapped] = Response(dest, reply, export, measure)
         if self._sweeper is None:
             self._sweeper = self.server.loop.call_later(1.0, self._sweep)
         return mapped
@@ -382,11 +389,26 @@ class Accounts:
             del source.responses[subj]
         else:
             response.last = time.monotonic()
+        if response.measure is not None and response.export.latency is not None:
+            self._report_latency(source, response, pub)
         new = response.reply
         frame = reframe(frame, subj, new)
         if plain is not None:
             plain = reframe(plain, subj, new)
         return self.server.route(pub, new, reply, frame, plain, None, response.dest, True, hops)
+
+    def _report_latency(self, source: Account, response: Response,
+                        responder: Connection | None) -> None:
+        """Publish a sampled request's latency metric in the exporting account."""
+        measure, latency = response.measure, response.export.latency
+        response.measure = None
+        if measure is None or latency is None:
+            return
+        events = getattr(self.server, "events", None)
+        event_id = events.ids.next() if events is not None else ""
+        body = measure.metric(responder, event_id)
+        publish_internal(self.server, source, latency.subject.encode(),
+                         json.dumps(body, separators=(",", ":")).encode())
 
     def _sweep(self) -> None:
         """Forget responses whose threshold has passed (a requester that never got one)."""

@@ -228,6 +228,7 @@ class Login:
     account: Account | None = None  # the account it belongs to (None: the global one)
     expires: float = 0.0  # when its credentials expire (Unix time; 0: never)
     issued_at: int = 0  # its user JWT's (revocations are judged by it)
+    name_tag: str = ""  # its user JWT's name (in the system account's client details)
     max_subs: int = -1  # subscriptions per connection (-1: no limit)
     max_payload: int = -1  # below the server's max_payload (-1: no limit of its own)
 

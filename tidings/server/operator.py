@@ -142,7 +142,9 @@ class OperatorAuth:
         if key == self.accounts.system_account.name:
             account = self.accounts.system_account
         else:
-            account = self.accounts.add(Account(key, account_config(claims)))
+            account = Account(key, account_config(claims))
+            account.name_tag = claims.name
+            self.accounts.add(account)
         if claims.expires:
             server = self.accounts.server
             delay = max(0.0, claims.expires - time.time())
@@ -216,6 +218,7 @@ class OperatorAuth:
             expires = min(expires, until) if expires else until
         return Login(user.name or user.subject, Rights(perms) if perms else None,
                      user.subject, True, account, expires=expires, issued_at=user.issued_at,
+                     name_tag=user.name,
                      max_subs=_min_limit(limits.subs, account.limits.max_subscriptions),
                      max_payload=_min_limit(limits.payload, account.limits.max_payload))
 

@@ -37,7 +37,6 @@ import os
 import secrets
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..monitoring import rfc3339
@@ -48,6 +47,7 @@ from .accounts import (
     subscribe_internal,
     unsubscribe_internal,
 )
+from .clientinfo import client_info, go_time
 from .endpoints import FILTER_OPTIONS, OPTIONS, EndpointError, Endpoints, _rss
 
 if TYPE_CHECKING:
@@ -87,13 +87,6 @@ _STRUCTS = {"connz": "ConnzEventOptions", "subsz": "SubszEventOptions",
 
 class Skip(Exception):
     """The request is not for this server (filtered, or nothing to say): no answer."""
-
-
-def go_time(ts: float) -> str:
-    """A time as Go's JSON writes it (RFC 3339, UTC, fractional digits trimmed)."""
-    d = datetime.fromtimestamp(ts, timezone.utc)
-    frac = f"{d.microsecond:06d}".rstrip("0")
-    return d.strftime("%Y-%m-%dT%H:%M:%S") + (f".{frac}" if frac else "") + "Z"
 
 
 def _go_char(c: str) -> str:
@@ -433,24 +426,9 @@ class SystemAccount:
                 "reason": reason}
 
     def client_info(self, c: ClientConnection, stop: float = 0.0) -> dict[str, Any]:
-        """The reference's ClientInfo of a client (with `stop`: of one that is gone)."""
-        info: dict[str, Any] = {"start": go_time(c.started), "host": c.host, "id": c.cid,
-                                "acc": c.account.name}
-        user = c.authorized_user()
-        if user:
-            info["user"] = user
-        for key, value in (("name", c.name), ("lang", c.lang), ("ver", c.version)):
-            if value:
-                info[key] = value
-        if stop:
-            if c.rtt:
-                info["rtt"] = int(c.rtt * 1e9)
-            info["stop"] = go_time(stop)
-        if c.login.nkey and c.login.account is not None:
-            info["issuer_key"] = c.account.name  # (an NKey user's: its account)
-        info.update(name_tag=c.account.name, kind="Client",
-                    client_type="websocket" if c.websocket else "nats")
-        return info
+        """The reference's ClientInfo of a client (with `stop`: of one that is gone; its
+        round trip only then)."""
+        return client_info(c, rtt=bool(stop), stop=stop, event=True)
 
     # -- account connections (CONNS) ---------------------------------------------------------
     def _conns_changed(self, account: Account) -> None:

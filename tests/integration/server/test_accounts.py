@@ -337,3 +337,64 @@ async def test_an_accounts_subscription_and_payload_limits(kind: str) -> None:
             assert conn.read_to_eof() == b"-ERR 'Maximum Payload Violation'\r\n"
     finally:
         server.stop()
+
+
+LATENCY = """
+accounts {
+  S: {
+    users: [{user: s, password: s}]
+    exports: [
+      {service: "measured", latency: {sampling: 100, subject: "latency.measured"}}
+      {service: "shared"}
+    ]
+  }
+  R: {
+    users: [{user: r, password: r}]
+    imports: [
+      {service: {account: S, subject: "measured"}}
+      {service: {account: S, subject: "shared"}, share: true}
+    ]
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_service_latency_and_shared_request_info(kind: str) -> None:
+    """A service export with latency tracking publishes the reference's metric for each
+    sampled request in the exporting account; an import that shares gives the responder
+    the requester's details (and its server) in Nats-Request-Info."""
+    import json
+
+    server = start_configured(kind, LATENCY)
+    host = server.url.removeprefix("nats://")
+    try:
+        s = await nats.connect(f"nats://s:s@{host}")
+        r = await nats.connect(f"nats://r:r@{host}", name="requester")
+        infos: list[dict[str, object]] = []
+
+        async def answer(msg: nats.aio.msg.Msg) -> None:
+            infos.append(json.loads((msg.headers or {})["Nats-Request-Info"]))
+            await msg.respond(b"ok")
+
+        metrics = await s.subscribe("latency.measured")
+        await s.subscribe("measured", cb=answer)
+        await s.subscribe("shared", cb=answer)
+        await synced(s)
+        await r.request("measured", b"?", timeout=5)
+        metric = json.loads((await metrics.next_msg(timeout=5)).data)
+        assert metric["type"] == "io.nats.server.metric.v1.service_latency"
+        assert metric["status"] == 200
+        assert metric["requestor"]["acc"] == "R"
+        assert metric["responder"]["acc"] == "S" and metric["responder"]["kind"] == "Client"
+        assert {"start", "service", "system", "total", "id", "timestamp"} <= set(metric)
+        assert metric["total"] >= metric["service"] >= 0
+        await r.request("shared", b"?", timeout=5)
+        shared = infos[-1]
+        assert shared["acc"] == "R" and shared["name"] == "requester"
+        assert {"start", "host", "id", "server", "kind", "client_type"} <= set(shared), shared
+        assert set(infos[0]) <= {"acc", "rtt"}, infos[0]
+        await s.close()
+        await r.close()
+    finally:
+        server.stop()
