@@ -36,6 +36,7 @@ from ..config.auth import Permissions, ResponsePermission, SubjectPermission
 from ..protocol.errors import ACCOUNT_AUTHENTICATION_EXPIRED, USER_AUTHENTICATION_REVOKED
 from .accounts import Account, Accounts, publish_internal
 from .auth import Login, Rights, nonce_signed
+from .templates import TemplateError, expand
 
 if TYPE_CHECKING:
     from ..config.operator import OperatorOptions
@@ -187,7 +188,10 @@ class OperatorAuth:
         if scope is not None:
             if not user.has_empty_permissions():
                 return self._refused(conn, "User JWT is not valid: scoped user has permissions")
-            limits = scope.template
+            try:
+                limits = expand(scope.template, user, claims.name, claims.tags)
+            except TemplateError as exc:
+                return self._refused(conn, f"User JWT generated invalid permissions: {exc}")
         if claims.expires and claims.expires <= time.time():
             return self._refused(conn, "Account JWT has expired")
         if limits.bearer_token and claims.limits.disallow_bearer:

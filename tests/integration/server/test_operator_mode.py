@@ -387,3 +387,53 @@ async def test_a_full_resolver_takes_claims_updates(kind: str, tmp_path: Path) -
             await nc.close()
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("kind", ["reference", "tidings"])
+async def test_a_scoped_keys_template_is_filled_in_for_its_user(kind: str,
+                                                               tmp_path: Path) -> None:
+    """A scoped signing key's permissions name the user and its tags: each user gets its
+    own subjects (one per tag value)."""
+    import asyncio
+
+    op, a, scoped = Key.new("operator"), Key.new("account"), Key.new("account")
+    template = {"pub": {"allow": ["user.{{name()}}.>", "dept.{{tag(dept)}}"]},
+                "sub": {"allow": ["_INBOX.>", "user.{{name()}}.>", "dept.>"]},
+                "subs": -1, "data": -1, "payload": -1}
+    accounts = {a.public: account_jwt(a, op, signing_keys=[{
+        "kind": "user_scope", "key": scoped.public, "role": "r", "template": template}])}
+    (tmp_path / "op.jwt").write_text(operator_jwt(op))
+    server = start_configured(kind, operator_config(tmp_path / "op.jwt", accounts))
+    try:
+        user = Key.new("user")
+        token = encode({"sub": user.public, "name": "alice", "nats": {
+            "type": "user", "issuer_account": a.public, "tags": ["dept:eng", "dept:ops"]}},
+            scoped.seed)
+        creds = write_creds(tmp_path / "alice.creds", token, user)
+        errors: list[str] = []
+
+        async def on_error(e: Exception) -> None:
+            errors.append(str(e).lower())
+
+        nc = await nats.connect(server.url, user_credentials=str(creds), error_cb=on_error)
+        try:
+            mine = await nc.subscribe("user.alice.>")
+            depts = await nc.subscribe("dept.>")
+            await nc.flush()
+            for subject in ("user.alice.x", "user.bob.x", "dept.eng", "dept.ops", "dept.hr"):
+                await nc.publish(subject, b"")
+            await nc.flush()
+            assert (await mine.next_msg(timeout=5)).subject == "user.alice.x"
+            got = {(await depts.next_msg(timeout=5)).subject for _ in range(2)}
+            assert got == {"dept.eng", "dept.ops"}
+            for _ in range(50):
+                if len(errors) >= 2:
+                    break
+                await asyncio.sleep(0.05)  # (the -ERRs come asynchronously to error_cb)
+            assert sorted(e for e in errors if "publish" in e) == [
+                'nats: permissions violation for publish to "dept.hr"',
+                'nats: permissions violation for publish to "user.bob.x"'], errors
+        finally:
+            await nc.close()
+    finally:
+        server.stop()
