@@ -196,10 +196,12 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first time enters the offset at its starting point and is read from the next batch on,
         so `partitions(start, end)` never needs anything but the two offsets. While the
         `pauseFile` exists, the end is the start: no new micro-batch (`tidings pipeline`
-        stops its queries between micro-batches this way).
+        stops its queries between micro-batches this way). It is looked at again once the
+        channels' ends are known: a pause that came while they were read (and the messages
+        published after it) stays out of this batch.
         """
         start = {str(k): int(v) for k, v in start.items()}
-        if self.ropts.pause_file and os.path.exists(self.ropts.pause_file):
+        if self._paused():
             return start
         if self.target is not None:
             known = [ch for ch in self.target if ch in start]
@@ -215,7 +217,12 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = merge_offsets(start, limit_offsets(start, end, limit.max_rows))
         if new:
             end.update(self._new_channel_start(new))
+        if self._paused():
+            return start
         return end
+
+    def _paused(self) -> bool:
+        return bool(self.ropts.pause_file) and os.path.exists(self.ropts.pause_file)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.ropts.max_messages_per_trigger:
