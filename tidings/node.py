@@ -55,6 +55,12 @@ class Node:
             server.plug(server.cluster)
         await server.start(announce=self.streaming_options is None)
         self.server = server
+        jetstream = getattr(self.options, "jetstream", None)
+        if jetstream is not None and jetstream.enabled:
+            from .jetstream.api import JetStream
+
+            server.jetstream = JetStream(server)
+            server.jetstream.start()
         if core_started is not None:
             core_started(server)
         if self.streaming_options is not None:

@@ -76,6 +76,7 @@ class Server:
         # The cluster's routes (cluster.Cluster, plugged in by node.py; server/ does not
         # import cluster/), when clustered.
         self.cluster: Any = None
+        self.jetstream: Any = None  # jetstream.api.JetStream, plugged in by node.py when on
         self.connect_urls: list[str] = []  # the cluster's client URLs, for clients' INFO
         self.lame_duck = False
         self.monitor: Monitor | None = None  # -m: the HTTP monitoring endpoints

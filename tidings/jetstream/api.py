@@ -1,0 +1,270 @@
+"""JetStream's `$JS.API.>` in each account: account info and the streams' requests
+(create, info, update, delete, purge, names, list, message get and delete), answered with
+the reference's JSON (its `type`, fields and errors), and the capture of the streams'
+subjects (each publish stored and answered with a PubAck).
+
+Everything runs in the server's own subscriptions (server/accounts.py's internal ones): a
+request is answered in the read of the client that made it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..server.accounts import Account, publish_internal, subscribe_internal
+from .stream import API_LEVEL, ConfigError, Stream, dumps, normalize, same_config, stored_message
+
+if TYPE_CHECKING:
+    from ..server.server import Server
+
+log = logging.getLogger("tidings.jetstream")
+
+API_PREFIX = "$JS.API."
+NAMES_LIMIT = 1024
+LIST_LIMIT = 256
+
+# The reference's errors (code, err_code, description) for what this module refuses.
+ERRORS: dict[str, tuple[int, int, str]] = {
+    "invalid_json": (400, 10025, "invalid JSON"),
+    "bad_request": (400, 10003, "bad request"),
+    "name_mismatch": (400, 10056, "stream name in subject does not match request"),
+    "invalid_name": (400, 10128, "Stream name can not contain path separators"),
+    "name_exists": (400, 10058, "stream name already in use with a different configuration"),
+    "not_found": (404, 10059, "stream not found"),
+    "no_message": (404, 10037, "no message found"),
+    "replicas_not_supported": (500, 10074, "replicas > 1 not supported in non-clustered mode"),
+    "invalid_config": (500, 10052, "{err}"),
+    "not_built": (500, 10052, "{err}"),
+    "subject_overlap": (400, 10065, "subjects overlap with an existing stream"),
+    "stream_sealed": (400, 10109, "invalid operation on sealed stream"),
+    "message_too_large": (400, 10054, "message size exceeds maximum allowed"),
+    "stream_not_match": (400, 10060, "expected stream does not match"),
+    "wrong_last_sequence": (400, 10071, "wrong last sequence: {err}"),
+    "wrong_last_msg_id": (400, 10070, "wrong last msg ID: {err}"),
+    "maximum_messages_exceeded": (503, 10077, "maximum messages exceeded"),
+    "maximum_bytes_exceeded": (503, 10077, "maximum bytes exceeded"),
+    "not_enabled_for_account": (503, 10039, "JetStream not enabled for account"),
+    "delete_denied": (400, 10057, "message delete not permitted"),
+    "purge_denied": (500, 10110, "stream purge not permitted"),
+}
+
+
+def api_error(kind: str, detail: str = "") -> dict[str, Any]:
+    code, err_code, description = ERRORS[kind]
+    return {"code": code, "err_code": err_code,
+            "description": description.replace("{err}", detail)}
+
+
+class JetStream:
+    """JetStream of one server: the streams of each account, and their API."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.streams: dict[Account, dict[str, Stream]] = {}
+        self.total = 0
+        self.errors = 0
+        self.subs: list[tuple[Account, Any]] = []
+
+    def start(self) -> None:
+        self.server.accounts.watch(self._account_added)
+
+    def enabled_for(self, account: Account) -> bool:
+        """JetStream is the global account's without accounts; not yet in configured ones
+        (an account's `jetstream` block is refused by name until then)."""
+        accounts = self.server.accounts
+        return account is accounts.global_account and not accounts.configured
+
+    def _account_added(self, account: Account) -> None:
+        if account.system:
+            return
+        sub = subscribe_internal(self.server.accounts, account, b"$JS.API.>",
+                                 lambda *a: self._request(account, *a), routed=False)
+        self.subs.append((account, sub))
+
+    # -- requests ------------------------------------------------------------------------------
+    def _request(self, account: Account, subject: bytes, reply: bytes | None,
+                 headers: bytes | None, payload: bytes) -> None:
+        if not reply:
+            return
+        self.total += 1
+        name = subject.decode(errors="replace")[len(API_PREFIX):]
+        tokens = name.split(".")
+        if not self.enabled_for(account):
+            return self._reply(account, reply, _type_of(tokens), error="not_enabled_for_account")
+        try:
+            body = json.loads(payload) if payload.strip() else {}
+        except ValueError:
+            return self._reply(account, reply, _type_of(tokens), error="invalid_json")
+        streams = self.streams.setdefault(account, {})
+        try:
+            self._dispatch(account, streams, tokens, body, reply)
+        except ConfigError as exc:
+            self._reply(account, reply, _type_of(tokens), error=exc.kind, detail=exc.detail)
+
+    def _dispatch(self, account: Account, streams: dict[str, Stream], tokens: list[str],
+                  body: Any, reply: bytes) -> None:
+        kind = _type_of(tokens)
+        op, name = _operation(tokens)
+        if op == "INFO" and len(tokens) == 1:
+            return self._reply(account, reply, kind, **self._account_info(streams))
+        if op == "STREAM.NAMES":
+            names = sorted(streams)
+            return self._reply(account, reply, kind, total=len(names), offset=0,
+                               limit=NAMES_LIMIT, streams=names or None)
+        if op == "STREAM.LIST":
+            infos = [streams[n].info() for n in sorted(streams)]
+            return self._reply(account, reply, kind, total=len(infos), offset=0,
+                               limit=LIST_LIMIT, streams=infos)
+        if not name:
+            raise ConfigError("bad_request")
+        if op in ("STREAM.CREATE", "STREAM.UPDATE"):
+            return self._create(account, streams, name, body, reply, kind,
+                                update=op == "STREAM.UPDATE")
+        stream = streams.get(name)
+        if stream is None:
+            raise ConfigError("not_found")
+        if op == "STREAM.INFO":
+            return self._reply(account, reply, kind, total=0, offset=0, limit=0,
+                               **stream.info())
+        if op == "STREAM.DELETE":
+            self._remove(account, streams, stream)
+            return self._reply(account, reply, kind, success=True)
+        if op == "STREAM.PURGE":
+            if stream.config.get("deny_purge"):
+                raise ConfigError("purge_denied")
+            purged = stream.store.purge()
+            return self._reply(account, reply, kind, success=True, purged=purged)
+        if op == "STREAM.MSG.GET":
+            return self._get(account, stream, body, reply, kind)
+        if op == "STREAM.MSG.DELETE":
+            if stream.config.get("deny_delete"):
+                raise ConfigError("delete_denied")
+            seq = body.get("seq") if isinstance(body, dict) else None
+            if not isinstance(seq, int) or not stream.store.remove(seq):
+                raise ConfigError("no_message")
+            return self._reply(account, reply, kind, success=True)
+        raise ConfigError("bad_request")
+
+    def _create(self, account: Account, streams: dict[str, Stream], name: str, body: Any,
+                reply: bytes, kind: str, update: bool) -> None:
+        config = normalize(body, name)
+        existing = streams.get(name)
+        if existing is not None:
+            if not update and not same_config(existing.config, config):
+                raise ConfigError("name_exists")
+            if update:
+                self._unsubscribe(account, existing)
+                existing.config = config
+                self._subscribe(account, existing)
+            return self._reply(account, reply, kind, **existing.info())
+        if update:
+            raise ConfigError("not_found")
+        for other in streams.values():
+            if _overlap(other.config["subjects"], config["subjects"]):
+                raise ConfigError("subject_overlap")
+        stream = streams[name] = Stream(config)
+        self._subscribe(account, stream)
+        return self._reply(account, reply, kind, **stream.info(), did_create=True)
+
+    def _get(self, account: Account, stream: Stream, body: Any, reply: bytes,
+             kind: str) -> None:
+        if not isinstance(body, dict):
+            raise ConfigError("bad_request")
+        msg = None
+        if isinstance(body.get("seq"), int):
+            msg = stream.store.get(body["seq"])
+        elif isinstance(body.get("last_by_subj"), str):
+            msg = stream.store.last_for(body["last_by_subj"])
+        else:
+            raise ConfigError("bad_request")
+        if msg is None:
+            raise ConfigError("no_message")
+        self._reply(account, reply, kind, message=stored_message(msg))
+
+    def _remove(self, account: Account, streams: dict[str, Stream], stream: Stream) -> None:
+        self._unsubscribe(account, stream)
+        del streams[stream.name]
+
+    # -- capture ------------------------------------------------------------------------------
+    def _subscribe(self, account: Account, stream: Stream) -> None:
+        for subject in stream.config["subjects"]:
+            stream.subs.append(subscribe_internal(
+                self.server.accounts, account, subject.encode(),
+                lambda *a, s=stream: self._capture(account, s, *a)))
+
+    def _unsubscribe(self, account: Account, stream: Stream) -> None:
+        from ..server.accounts import unsubscribe_internal
+
+        for sub in stream.subs:
+            unsubscribe_internal(self.server.accounts, account, sub)
+        stream.subs.clear()
+
+    def _capture(self, account: Account, stream: Stream, subject: bytes, reply: bytes | None,
+                 headers: bytes | None, payload: bytes) -> None:
+        try:
+            ack = stream.publish(subject.decode(errors="replace"), headers, payload)
+        except ConfigError as exc:
+            if reply:
+                body = {"error": api_error(exc.kind, exc.detail), "stream": stream.name,
+                        "seq": 0}
+                publish_internal(self.server, account, reply, dumps(body))
+            return
+        if reply and not stream.config.get("no_ack"):
+            publish_internal(self.server, account, reply, dumps(ack))
+
+    # -- answers ------------------------------------------------------------------------------
+    def _account_info(self, streams: dict[str, Stream]) -> dict[str, Any]:
+        memory = sum(s.store.bytes for s in streams.values()
+                     if s.config["storage"] == "memory")
+        storage = sum(s.store.bytes for s in streams.values() if s.config["storage"] == "file")
+        return {"memory": memory, "storage": storage, "reserved_memory": 0,
+                "reserved_storage": 0, "streams": len(streams), "consumers": 0,
+                "limits": {"max_memory": -1, "max_storage": -1, "max_streams": -1,
+                           "max_consumers": -1, "max_ack_pending": -1,
+                           "memory_max_stream_bytes": -1, "storage_max_stream_bytes": -1,
+                           "max_bytes_required": False},
+                "api": {"level": API_LEVEL, "total": self.total, "errors": self.errors}}
+
+    def _reply(self, account: Account, reply: bytes, kind: str, error: str = "",
+               detail: str = "", **fields: Any) -> None:
+        body: dict[str, Any] = {"type": kind}
+        if error:
+            self.errors += 1
+            body["error"] = api_error(error, detail)
+            if kind.endswith("stream_info_response"):
+                body.update(total=0, offset=0, limit=0)
+        body.update(fields)
+        publish_internal(self.server, account, reply, dumps(body))
+
+
+def _operation(tokens: list[str]) -> tuple[str, str]:
+    """(operation, stream name) of a request's subject tokens after `$JS.API.`:
+    ("STREAM.INFO", "S") for STREAM.INFO.S, ("STREAM.MSG.GET", "S") for STREAM.MSG.GET.S."""
+    if tokens[:2] == ["STREAM", "MSG"] and len(tokens) >= 3:
+        return ".".join(tokens[:3]), tokens[3] if len(tokens) == 4 else ""
+    if tokens and tokens[0] == "STREAM":
+        return ".".join(tokens[:2]), tokens[2] if len(tokens) == 3 else ""
+    return ".".join(tokens), ""
+
+
+def _type_of(tokens: list[str]) -> str:
+    """The response type of a request, as the reference names it."""
+    names = {
+        "INFO": "account_info_response", "STREAM.CREATE": "stream_create_response",
+        "STREAM.UPDATE": "stream_update_response", "STREAM.INFO": "stream_info_response",
+        "STREAM.DELETE": "stream_delete_response", "STREAM.PURGE": "stream_purge_response",
+        "STREAM.NAMES": "stream_names_response", "STREAM.LIST": "stream_list_response",
+        "STREAM.MSG": "stream_msg_get_response",
+    }
+    key = ".".join(tokens[:2]) if tokens and tokens[0] == "STREAM" else (tokens[0] if tokens else "")
+    if tokens[:3] == ["STREAM", "MSG", "DELETE"]:
+        return "io.nats.jetstream.api.v1.stream_msg_delete_response"
+    return "io.nats.jetstream.api.v1." + names.get(key, "api_response")
+
+
+def _overlap(a: list[str], b: list[str]) -> bool:
+    from ..protocol.subjects import subject_matches
+
+    return any(subject_matches(x, y) or subject_matches(y, x) for x in a for y in b)

@@ -1,0 +1,118 @@
+"""A stream's messages in memory: sequence numbers, per-subject counts, and the limits a
+stream sets on them (max messages, bytes, age, messages per subject; the oldest go first).
+
+A message's size counts as the reference's memory store counts it: subject, headers and
+payload, and 16 bytes more. Pure data structure: no asyncio, no I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+OVERHEAD = 16  # per message, as the reference's memory store adds
+
+
+@dataclass(frozen=True)
+class StoredMsg:
+    subject: str
+    seq: int
+    headers: bytes | None
+    data: bytes
+    ts: int  # nanoseconds since the epoch
+
+    @property
+    def size(self) -> int:
+        return len(self.subject) + len(self.headers or b"") + len(self.data) + OVERHEAD
+
+
+class MemoryStore:
+    """Messages by sequence, in order; the state STREAM.INFO reports."""
+
+    def __init__(self, first_seq: int = 1) -> None:
+        self.msgs: dict[int, StoredMsg] = {}
+        self.subjects: dict[str, int] = {}  # subject -> messages on it
+        self.bytes = 0
+        self.first_seq = first_seq
+        self.last_seq = first_seq - 1
+        self.last_ts = 0
+
+    # -- writing -------------------------------------------------------------------------
+    def store(self, subject: str, headers: bytes | None, data: bytes,
+              ts: int | None = None) -> StoredMsg:
+        seq = self.last_seq + 1
+        msg = StoredMsg(subject, seq, headers, data, ts if ts is not None else time.time_ns())
+        self.msgs[seq] = msg
+        self.last_seq, self.last_ts = seq, msg.ts
+        self.subjects[subject] = self.subjects.get(subject, 0) + 1
+        self.bytes += msg.size
+        if len(self.msgs) == 1:
+            self.first_seq = seq
+        return msg
+
+    def remove(self, seq: int) -> bool:
+        msg = self.msgs.pop(seq, None)
+        if msg is None:
+            return False
+        self.bytes -= msg.size
+        left = self.subjects[msg.subject] - 1
+        if left:
+            self.subjects[msg.subject] = left
+        else:
+            del self.subjects[msg.subject]
+        if seq == self.first_seq:
+            self._advance_first()
+        return True
+
+    def _advance_first(self) -> None:
+        if not self.msgs:
+            self.first_seq = self.last_seq + 1
+            return
+        seq = self.first_seq
+        while seq not in self.msgs:
+            seq += 1
+        self.first_seq = seq
+
+    def purge(self) -> int:
+        """Remove every message (the sequence goes on); how many there were."""
+        count = len(self.msgs)
+        self.msgs.clear()
+        self.subjects.clear()
+        self.bytes = 0
+        self.first_seq = self.last_seq + 1
+        return count
+
+    # -- limits --------------------------------------------------------------------------
+    def enforce(self, max_msgs: int, max_bytes: int, max_age: float,
+                per_subject: int, subject: str | None = None) -> None:
+        """Remove the oldest messages past the limits (-1 / 0: none)."""
+        if per_subject > 0 and subject is not None and self.subjects.get(subject, 0) > per_subject:
+            extra = self.subjects[subject] - per_subject
+            for seq in [s for s, m in self.msgs.items() if m.subject == subject][:extra]:
+                self.remove(seq)
+        while max_msgs > 0 and len(self.msgs) > max_msgs:
+            self.remove(self.first_seq)
+        while max_bytes > 0 and self.bytes > max_bytes and self.msgs:
+            self.remove(self.first_seq)
+        if max_age > 0 and self.msgs:
+            cutoff = time.time_ns() - int(max_age * 1e9)
+            while self.msgs and self.msgs[self.first_seq].ts < cutoff:
+                self.remove(self.first_seq)
+
+    # -- reading -------------------------------------------------------------------------
+    def get(self, seq: int) -> StoredMsg | None:
+        return self.msgs.get(seq)
+
+    def last_for(self, subject: str) -> StoredMsg | None:
+        """The last message on `subject`."""
+        if subject not in self.subjects:
+            return None
+        for seq in range(self.last_seq, self.first_seq - 1, -1):
+            msg = self.msgs.get(seq)
+            if msg is not None and msg.subject == subject:
+                return msg
+        return None
+
+    @property
+    def count(self) -> int:
+        return len(self.msgs)
