@@ -115,3 +115,18 @@ def test_the_package_walk_leaves_out_inits_and_generated_code() -> None:
     assert "tidings/server/msgtrace.py" in modules
     assert "tidings/streaming/stores/common.py" in modules
     assert not [m for m in modules if m.endswith(("/__init__.py", "_pb2.py"))]
+
+
+def test_no_merge_conflict_markers_in_the_docs_or_the_code() -> None:
+    """A merge left unresolved (`<<<<<<<`, `=======`, `>>>>>>>` lines) fails here: one got
+    into architecture.md once, and no other test read that part of the file."""
+    root = Path(__file__).resolve().parents[2]
+    marked = []
+    for path in [*root.glob("*.md"), *(root / "docs").glob("*.md"),
+                 *(root / "tidings").rglob("*.py"), *(root / "tests").rglob("*.py")]:
+        if "node_modules" in path.parts:
+            continue
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if line.startswith(("<<<<<<< ", ">>>>>>> ")) or line == "=======":
+                marked.append(f"{path.relative_to(root)}:{n}")
+    assert not marked, marked
