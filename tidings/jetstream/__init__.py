@@ -1,0 +1,1 @@
+"""JetStream: persistent streams and consumers (issue 24)."""
