@@ -14,7 +14,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..server.accounts import Account, publish_internal, subscribe_internal
-from .stream import API_LEVEL, ConfigError, Stream, dumps, normalize, same_config, stored_message
+from . import errors
+from .errors import ApiError
+from .stream import API_LEVEL, Stream, dumps, normalize, same_config, stored_message
 
 if TYPE_CHECKING:
     from ..server.server import Server
@@ -24,38 +26,6 @@ log = logging.getLogger("tidings.jetstream")
 API_PREFIX = "$JS.API."
 NAMES_LIMIT = 1024
 LIST_LIMIT = 256
-
-# The reference's errors (code, err_code, description) for what this module refuses.
-ERRORS: dict[str, tuple[int, int, str]] = {
-    "invalid_json": (400, 10025, "invalid JSON"),
-    "bad_request": (400, 10003, "bad request"),
-    "name_mismatch": (400, 10056, "stream name in subject does not match request"),
-    "invalid_name": (400, 10128, "Stream name can not contain path separators"),
-    "name_exists": (400, 10058, "stream name already in use with a different configuration"),
-    "not_found": (404, 10059, "stream not found"),
-    "no_message": (404, 10037, "no message found"),
-    "replicas_not_supported": (500, 10074, "replicas > 1 not supported in non-clustered mode"),
-    "invalid_config": (500, 10052, "{err}"),
-    "not_built": (500, 10052, "{err}"),
-    "subject_overlap": (400, 10065, "subjects overlap with an existing stream"),
-    "stream_sealed": (400, 10109, "invalid operation on sealed stream"),
-    "message_too_large": (400, 10054, "message size exceeds maximum allowed"),
-    "stream_not_match": (400, 10060, "expected stream does not match"),
-    "wrong_last_sequence": (400, 10071, "wrong last sequence: {err}"),
-    "wrong_last_msg_id": (400, 10070, "wrong last msg ID: {err}"),
-    "maximum_messages_exceeded": (503, 10077, "maximum messages exceeded"),
-    "maximum_bytes_exceeded": (503, 10077, "maximum bytes exceeded"),
-    "not_enabled_for_account": (503, 10039, "JetStream not enabled for account"),
-    "delete_denied": (400, 10057, "message delete not permitted"),
-    "purge_denied": (500, 10110, "stream purge not permitted"),
-}
-
-
-def api_error(kind: str, detail: str = "") -> dict[str, Any]:
-    code, err_code, description = ERRORS[kind]
-    return {"code": code, "err_code": err_code,
-            "description": description.replace("{err}", detail)}
-
 
 class JetStream:
     """JetStream of one server: the streams of each account, and their API."""
@@ -91,17 +61,18 @@ class JetStream:
         self.total += 1
         name = subject.decode(errors="replace")[len(API_PREFIX):]
         tokens = name.split(".")
+        kind = _type_of(tokens)
         if not self.enabled_for(account):
-            return self._reply(account, reply, _type_of(tokens), error="not_enabled_for_account")
+            return self._reply(account, reply, kind, error=errors.NOT_ENABLED_FOR_ACCOUNT())
         try:
             body = json.loads(payload) if payload.strip() else {}
-        except ValueError:
-            return self._reply(account, reply, _type_of(tokens), error="invalid_json")
+        except ValueError as exc:
+            return self._reply(account, reply, kind, error=errors.INVALID_JSON(err=exc.msg))
         streams = self.streams.setdefault(account, {})
         try:
             self._dispatch(account, streams, tokens, body, reply)
-        except ConfigError as exc:
-            self._reply(account, reply, _type_of(tokens), error=exc.kind, detail=exc.detail)
+        except ApiError as exc:
+            self._reply(account, reply, kind, error=exc)
 
     def _dispatch(self, account: Account, streams: dict[str, Stream], tokens: list[str],
                   body: Any, reply: bytes) -> None:
@@ -118,13 +89,13 @@ class JetStream:
             return self._reply(account, reply, kind, total=len(infos), offset=0,
                                limit=LIST_LIMIT, streams=infos)
         if not name:
-            raise ConfigError("bad_request")
+            raise errors.BAD_REQUEST()
         if op in ("STREAM.CREATE", "STREAM.UPDATE"):
             return self._create(account, streams, name, body, reply, kind,
                                 update=op == "STREAM.UPDATE")
         stream = streams.get(name)
         if stream is None:
-            raise ConfigError("not_found")
+            raise errors.STREAM_NOT_FOUND()
         if op == "STREAM.INFO":
             return self._reply(account, reply, kind, total=0, offset=0, limit=0,
                                **stream.info())
@@ -133,19 +104,19 @@ class JetStream:
             return self._reply(account, reply, kind, success=True)
         if op == "STREAM.PURGE":
             if stream.config.get("deny_purge"):
-                raise ConfigError("purge_denied")
+                raise errors.STREAM_PURGE_FAILED(err="stream purge not permitted")
             purged = stream.store.purge()
             return self._reply(account, reply, kind, success=True, purged=purged)
         if op == "STREAM.MSG.GET":
             return self._get(account, stream, body, reply, kind)
         if op == "STREAM.MSG.DELETE":
             if stream.config.get("deny_delete"):
-                raise ConfigError("delete_denied")
+                raise errors.STREAM_MSG_DELETE_FAILED(err="message delete not permitted")
             seq = body.get("seq") if isinstance(body, dict) else None
             if not isinstance(seq, int) or not stream.store.remove(seq):
-                raise ConfigError("no_message")
+                raise errors.NO_MESSAGE_FOUND()
             return self._reply(account, reply, kind, success=True)
-        raise ConfigError("bad_request")
+        raise errors.BAD_REQUEST()
 
     def _create(self, account: Account, streams: dict[str, Stream], name: str, body: Any,
                 reply: bytes, kind: str, update: bool) -> None:
@@ -153,17 +124,17 @@ class JetStream:
         existing = streams.get(name)
         if existing is not None:
             if not update and not same_config(existing.config, config):
-                raise ConfigError("name_exists")
+                raise errors.STREAM_NAME_EXIST()
             if update:
                 self._unsubscribe(account, existing)
                 existing.config = config
                 self._subscribe(account, existing)
             return self._reply(account, reply, kind, **existing.info())
         if update:
-            raise ConfigError("not_found")
+            raise errors.STREAM_NOT_FOUND()
         for other in streams.values():
             if _overlap(other.config["subjects"], config["subjects"]):
-                raise ConfigError("subject_overlap")
+                raise errors.STREAM_SUBJECT_OVERLAP()
         stream = streams[name] = Stream(config)
         self._subscribe(account, stream)
         return self._reply(account, reply, kind, **stream.info(), did_create=True)
@@ -171,16 +142,16 @@ class JetStream:
     def _get(self, account: Account, stream: Stream, body: Any, reply: bytes,
              kind: str) -> None:
         if not isinstance(body, dict):
-            raise ConfigError("bad_request")
+            raise errors.BAD_REQUEST()
         msg = None
         if isinstance(body.get("seq"), int):
             msg = stream.store.get(body["seq"])
         elif isinstance(body.get("last_by_subj"), str):
             msg = stream.store.last_for(body["last_by_subj"])
         else:
-            raise ConfigError("bad_request")
+            raise errors.BAD_REQUEST()
         if msg is None:
-            raise ConfigError("no_message")
+            raise errors.NO_MESSAGE_FOUND()
         self._reply(account, reply, kind, message=stored_message(msg))
 
     def _remove(self, account: Account, streams: dict[str, Stream], stream: Stream) -> None:
@@ -205,10 +176,9 @@ class JetStream:
                  headers: bytes | None, payload: bytes) -> None:
         try:
             ack = stream.publish(subject.decode(errors="replace"), headers, payload)
-        except ConfigError as exc:
+        except ApiError as exc:
             if reply:
-                body = {"error": api_error(exc.kind, exc.detail), "stream": stream.name,
-                        "seq": 0}
+                body = {"error": exc.as_json(), "stream": stream.name, "seq": 0}
                 publish_internal(self.server, account, reply, dumps(body))
             return
         if reply and not stream.config.get("no_ack"):
@@ -227,12 +197,12 @@ class JetStream:
                            "max_bytes_required": False},
                 "api": {"level": API_LEVEL, "total": self.total, "errors": self.errors}}
 
-    def _reply(self, account: Account, reply: bytes, kind: str, error: str = "",
-               detail: str = "", **fields: Any) -> None:
+    def _reply(self, account: Account, reply: bytes, kind: str, error: ApiError | None = None,
+               **fields: Any) -> None:
         body: dict[str, Any] = {"type": kind}
-        if error:
+        if error is not None:
             self.errors += 1
-            body["error"] = api_error(error, detail)
+            body["error"] = error.as_json()
             if kind.endswith("stream_info_response"):
                 body.update(total=0, offset=0, limit=0)
         body.update(fields)

@@ -10,6 +10,7 @@ from collections import OrderedDict
 from typing import Any
 
 from ..protocol.subjects import is_valid_subject
+from . import errors
 from .memstore import MemoryStore, StoredMsg
 
 API_LEVEL = 1  # the JetStream API level of the version tidings announces (2.11)
@@ -39,28 +40,19 @@ NOT_BUILT = ("placement", "mirror", "sources", "subject_transform", "republish",
              "subject_delete_marker_ttl")
 
 
-class ConfigError(ValueError):
-    """A configuration the server refuses: `kind` names the reference's error for it."""
-
-    def __init__(self, kind: str, detail: str = "") -> None:
-        super().__init__(detail or kind)
-        self.kind = kind
-        self.detail = detail
-
-
 def normalize(raw: dict[str, Any], name: str) -> dict[str, Any]:
     """The configuration a STREAM.CREATE asks for, filled in and checked as the reference
     does (its defaults; `name` from the subject; subjects default to the name)."""
     if not isinstance(raw, dict):
-        raise ConfigError("invalid_json")
+        raise errors.INVALID_JSON(err="json: cannot unmarshal into Go value of type server.StreamConfig")
     given = raw.get("name") or ""
     if given and given != name:
-        raise ConfigError("name_mismatch")
+        raise errors.STREAM_MISMATCH()
     if not _valid_name(name):
-        raise ConfigError("invalid_name")
+        raise errors.STREAM_NAME_CONTAINS_PATH_SEPARATORS()
     for field in NOT_BUILT:
         if raw.get(field):
-            raise ConfigError("not_built", f"stream {field} is not supported by tidings yet")
+            raise errors.STREAM_INVALID_CONFIG(err=f"stream {field} is not supported by tidings yet")
     cfg: dict[str, Any] = {}
     for field, default in _FIELDS:
         value = raw.get(field, default)
@@ -70,16 +62,16 @@ def normalize(raw: dict[str, Any], name: str) -> dict[str, Any]:
     cfg["name"] = name
     for field, choices in _CHOICES.items():
         if cfg[field] not in choices:
-            raise ConfigError("invalid_config", f"invalid {field} {cfg[field]!r}")
+            raise errors.STREAM_INVALID_CONFIG(err=f"invalid {field} {cfg[field]!r}")
     subjects = cfg.get("subjects") or [name]
     if not isinstance(subjects, list) or not all(
             isinstance(s, str) and is_valid_subject(s) for s in subjects):
-        raise ConfigError("invalid_config", "invalid subject")
+        raise errors.STREAM_INVALID_CONFIG(err="invalid subject")
     cfg["subjects"] = subjects
     if cfg["num_replicas"] in (0, None):
         cfg["num_replicas"] = 1
     if cfg["num_replicas"] > 1:
-        raise ConfigError("replicas_not_supported")
+        raise errors.STREAM_REPLICAS_NOT_SUPPORTED()
     for field in ("max_msgs", "max_bytes", "max_msgs_per_subject", "max_msg_size",
                   "max_consumers"):
         if cfg[field] == 0:
@@ -130,7 +122,7 @@ class Stream:
 
     # -- publishing ------------------------------------------------------------------------
     def publish(self, subject: str, headers: bytes | None, data: bytes) -> dict[str, Any]:
-        """Store a captured message; the PubAck's body (or its error, as ApiError kind)."""
+        """Store a captured message; the PubAck's body (errors.ApiError when refused)."""
         cfg = self.config
         msg_id = _header(headers, "Nats-Msg-Id") if headers else None
         if msg_id:
@@ -139,10 +131,10 @@ class Stream:
             if seen is not None:
                 return {"stream": self.name, "seq": seen[0], "duplicate": True}
         if cfg.get("sealed"):
-            raise ConfigError("stream_sealed")
+            raise errors.STREAM_SEALED()
         max_size = cfg["max_msg_size"]
         if max_size > 0 and len(data) + len(headers or b"") > max_size:
-            raise ConfigError("message_too_large")
+            raise errors.STREAM_MESSAGE_EXCEEDS_MAXIMUM()
         if headers:
             self._check_expected(subject, headers)
         store = self.store
@@ -158,28 +150,28 @@ class Stream:
     def _refuse_when_full(self, size: int) -> None:
         cfg, store = self.config, self.store
         if cfg["max_msgs"] > 0 and store.count >= cfg["max_msgs"]:
-            raise ConfigError("maximum_messages_exceeded")
+            raise errors.STREAM_STORE_FAILED(err="maximum messages exceeded")
         if cfg["max_bytes"] > 0 and store.bytes + size > cfg["max_bytes"]:
-            raise ConfigError("maximum_bytes_exceeded")
+            raise errors.STREAM_STORE_FAILED(err="maximum bytes exceeded")
 
     def _check_expected(self, subject: str, headers: bytes) -> None:
         expected = _header(headers, "Nats-Expected-Stream")
         if expected and expected != self.name:
-            raise ConfigError("stream_not_match")
+            raise errors.STREAM_NOT_MATCH()
         last = _header(headers, "Nats-Expected-Last-Sequence")
         if last is not None and last.isdigit() and int(last) != self.store.last_seq:
-            raise ConfigError("wrong_last_sequence", str(self.store.last_seq))
+            raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=self.store.last_seq)
         per_subject = _header(headers, "Nats-Expected-Last-Subject-Sequence")
         if per_subject is not None and per_subject.isdigit():
             found = self.store.last_for(subject)
             have = found.seq if found is not None else 0
             if int(per_subject) != have:
-                raise ConfigError("wrong_last_sequence", str(have))
+                raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=have)
         last_id = _header(headers, "Nats-Expected-Last-Msg-Id")
         if last_id is not None:
             newest = next(reversed(self.msg_ids), "") if self.msg_ids else ""
             if last_id != newest:
-                raise ConfigError("wrong_last_msg_id", newest)
+                raise errors.STREAM_WRONG_LAST_MSG_ID(id=newest)
 
     def _expire_ids(self) -> None:
         cutoff = time.time_ns() - self.config["duplicate_window"]
