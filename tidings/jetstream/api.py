@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from ..server.accounts import Account, publish_internal, subscribe_internal
 from . import errors
+from .consumer import Consumer, ephemeral_name
+from .consumer import normalize as normalize_consumer
 from .errors import ApiError
 from .stream import API_LEVEL, Stream, dumps, normalize, same_config, stored_message
 
@@ -26,6 +29,7 @@ log = logging.getLogger("tidings.jetstream")
 API_PREFIX = "$JS.API."
 NAMES_LIMIT = 1024
 LIST_LIMIT = 256
+TICK = 0.1  # seconds between looks at pull requests' expiry and ack waits
 
 class JetStream:
     """JetStream of one server: the streams of each account, and their API."""
@@ -36,9 +40,41 @@ class JetStream:
         self.total = 0
         self.errors = 0
         self.subs: list[tuple[Account, Any]] = []
+        self._timer: Any = None
 
     def start(self) -> None:
         self.server.accounts.watch(self._account_added)
+        self._timer = self.server.loop.call_later(TICK, self._tick)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _tick(self) -> None:
+        """Expired pull requests, ack waits that passed, idle ephemeral consumers."""
+        self._timer = self.server.loop.call_later(TICK, self._tick)
+        for account, streams in self.streams.items():
+            for stream in streams.values():
+                for consumer in list(stream.consumers.values()):
+                    consumer.tick()
+                    if self._inactive(account, consumer):
+                        del stream.consumers[consumer.name]
+        if self.server.reader is None:
+            self.server.flush()
+
+    def _inactive(self, account: Account, consumer: Consumer) -> bool:
+        """An ephemeral consumer nobody used (pulled from, or listens to) for its
+        inactive threshold."""
+        threshold = consumer.config.get("inactive_threshold")
+        if consumer.durable or not threshold or consumer.waiting:
+            return False
+        target = consumer.config.get("deliver_subject")
+        if target and _listened(account, target):
+            consumer.last_active = time.time_ns()
+            return False
+        last = max(consumer.last_active, consumer.created)
+        return time.time_ns() - last > threshold
 
     def enabled_for(self, account: Account) -> bool:
         """JetStream is the global account's without accounts; not yet in configured ones
@@ -51,6 +87,9 @@ class JetStream:
             return
         sub = subscribe_internal(self.server.accounts, account, b"$JS.API.>",
                                  lambda *a: self._request(account, *a), routed=False)
+        self.subs.append((account, sub))
+        sub = subscribe_internal(self.server.accounts, account, b"$JS.ACK.>",
+                                 lambda *a: self._ack(account, *a), routed=False)
         self.subs.append((account, sub))
 
     # -- requests ------------------------------------------------------------------------------
@@ -80,6 +119,8 @@ class JetStream:
         op, name = _operation(tokens)
         if op == "INFO" and len(tokens) == 1:
             return self._reply(account, reply, kind, **self._account_info(streams))
+        if op.startswith("CONSUMER."):
+            return self._consumer_request(account, streams, op, tokens, body, reply, kind)
         if op == "STREAM.NAMES":
             names = sorted(streams)
             return self._reply(account, reply, kind, total=len(names), offset=0,
@@ -154,6 +195,128 @@ class JetStream:
             raise errors.NO_MESSAGE_FOUND()
         self._reply(account, reply, kind, message=stored_message(msg))
 
+    # -- consumers -----------------------------------------------------------------------------
+    def _consumer_request(self, account: Account, streams: dict[str, Stream], op: str,
+                          tokens: list[str], body: Any, reply: bytes, kind: str) -> None:
+        if op == "CONSUMER.MSG":  # CONSUMER.MSG.NEXT.<stream>.<consumer>
+            target = streams.get(tokens[3]) if len(tokens) == 5 else None
+            consumer = target.consumers.get(tokens[4]) if target is not None else None
+            if consumer is not None:  # (a pull for no consumer: the reference says nothing)
+                consumer.request(reply.decode(), body)
+            return None
+        stream = streams.get(tokens[2]) if len(tokens) > 2 else None
+        if stream is None:
+            raise errors.STREAM_NOT_FOUND()
+        if op == "CONSUMER.NAMES":
+            names = sorted(stream.consumers)
+            return self._reply(account, reply, kind, total=len(names), offset=0,
+                               limit=NAMES_LIMIT, consumers=names)
+        if op == "CONSUMER.LIST":
+            infos = [self._consumer_info(stream.consumers[n]) for n in sorted(stream.consumers)]
+            return self._reply(account, reply, kind, total=len(infos), offset=0,
+                               limit=LIST_LIMIT, consumers=infos)
+        if op in ("CONSUMER.CREATE", "CONSUMER.DURABLE"):
+            return self._create_consumer(account, stream, op, tokens, body, reply, kind)
+        name = tokens[3] if len(tokens) > 3 else ""
+        consumer = stream.consumers.get(name)
+        if consumer is None:
+            raise errors.CONSUMER_NOT_FOUND()
+        if op == "CONSUMER.INFO":
+            return self._reply(account, reply, kind, **self._consumer_info(consumer))
+        if op == "CONSUMER.DELETE":
+            del stream.consumers[name]
+            return self._reply(account, reply, kind, success=True)
+        raise errors.BAD_REQUEST()
+
+    def _create_consumer(self, account: Account, stream: Stream, op: str, tokens: list[str],
+                         body: Any, reply: bytes, kind: str) -> None:
+        if not isinstance(body, dict) or not isinstance(body.get("config"), dict):
+            raise errors.CONSUMER_CONFIG_REQUIRED()
+        raw = dict(body["config"])
+        if op == "CONSUMER.DURABLE":  # CONSUMER.DURABLE.CREATE.<stream>.<durable>
+            if len(tokens) != 5:
+                raise errors.CONSUMER_DURABLE_NAME_NOT_IN_SUBJECT()
+            name = tokens[4]
+            if raw.get("durable_name") and raw["durable_name"] != name:
+                raise errors.CONSUMER_DURABLE_NAME_NOT_MATCH_SUBJECT()
+            raw["durable_name"] = name
+        elif len(tokens) >= 4:  # CONSUMER.CREATE.<stream>.<name>[.<filter>]
+            name = tokens[3]
+            given = raw.get("name") or raw.get("durable_name")
+            if given and given != name:
+                raise errors.CONSUMER_CREATE_DURABLE_AND_NAME_MISMATCH()
+            raw["name"] = name
+            if len(tokens) > 4:
+                raw.setdefault("filter_subject", ".".join(tokens[4:]))
+        else:
+            name = raw.get("name") or raw.get("durable_name") or ephemeral_name()
+            if raw.get("name") or raw.get("durable_name"):
+                raw.setdefault("name", name)
+        config = normalize_consumer(raw)
+        existing = stream.consumers.get(name)
+        if existing is not None:
+            if body.get("action") == "create" and _consumer_key(existing.config) != \
+                    _consumer_key(config):
+                raise errors.CONSUMER_ALREADY_EXISTS()
+            existing.config = {**existing.config, **{k: v for k, v in config.items()
+                                                     if k != "metadata"}}
+            return self._reply(account, reply, kind, **self._consumer_info(existing))
+        if body.get("action") == "update":
+            raise errors.CONSUMER_DOES_NOT_EXIST()
+        consumer = Consumer(stream, name, config, self._sender(account),
+                            lambda subject: _listened(account, subject))
+        stream.consumers[name] = consumer
+        self._reply(account, reply, kind, **self._consumer_info(consumer))
+        consumer.pump()
+
+    def _consumer_info(self, consumer: Consumer) -> dict[str, Any]:
+        from ..server.msgtrace import go_time
+
+        return {**consumer.info(), "ts": go_time(time.time_ns(), utc=True)}
+
+    def _sender(self, account: Account) -> Any:
+        server = self.server
+
+        def send(target: str, subject: str, reply: str | None, headers: bytes | None,
+                 data: bytes) -> None:
+            from ..server.connection import msg_frame
+
+            subj, rep = subject.encode(), reply.encode() if reply else None
+            if headers:
+                frame = msg_frame(b"HMSG ", subj, rep, headers + data, len(headers))
+                plain = msg_frame(b"MSG ", subj, rep, data)
+            else:
+                frame, plain = msg_frame(b"MSG ", subj, rep, data), None
+            server.route(None, target.encode(), rep, frame, plain, None, account)
+            if server.reader is None:
+                server.flush()
+
+        return send
+
+    def _ack(self, account: Account, subject: bytes, reply: bytes | None,
+             headers: bytes | None, payload: bytes) -> None:
+        tokens = subject.decode(errors="replace").split(".")
+        if len(tokens) == 9:
+            stream_name, name, sseq = tokens[2], tokens[3], tokens[5]
+        elif len(tokens) >= 12:
+            stream_name, name, sseq = tokens[4], tokens[5], tokens[7]
+        else:
+            return
+        stream = self.streams.get(account, {}).get(stream_name)
+        consumer = stream.consumers.get(name) if stream is not None else None
+        if consumer is None or not sseq.isdigit():
+            return
+        what = consumer.ack(int(sseq), payload)
+        if what == "ack" and payload.strip().startswith(b"+NXT") and reply:
+            rest = payload.strip()[4:].strip()
+            try:
+                body = json.loads(rest) if rest else 1
+            except ValueError:
+                body = 1
+            consumer.request(reply.decode(), body)
+        elif reply:
+            publish_internal(self.server, account, reply, b"")  # (a double ack's answer)
+
     def _remove(self, account: Account, streams: dict[str, Stream], stream: Stream) -> None:
         self._unsubscribe(account, stream)
         del streams[stream.name]
@@ -183,6 +346,8 @@ class JetStream:
             return
         if reply and not stream.config.get("no_ack"):
             publish_internal(self.server, account, reply, dumps(ack))
+        for consumer in list(stream.consumers.values()):
+            consumer.pump()
 
     # -- answers ------------------------------------------------------------------------------
     def _account_info(self, streams: dict[str, Stream]) -> dict[str, Any]:
@@ -216,6 +381,8 @@ def _operation(tokens: list[str]) -> tuple[str, str]:
         return ".".join(tokens[:3]), tokens[3] if len(tokens) == 4 else ""
     if tokens and tokens[0] == "STREAM":
         return ".".join(tokens[:2]), tokens[2] if len(tokens) == 3 else ""
+    if tokens and tokens[0] == "CONSUMER":
+        return ".".join(tokens[:2]), tokens[2] if len(tokens) > 2 else ""
     return ".".join(tokens), ""
 
 
@@ -227,11 +394,27 @@ def _type_of(tokens: list[str]) -> str:
         "STREAM.DELETE": "stream_delete_response", "STREAM.PURGE": "stream_purge_response",
         "STREAM.NAMES": "stream_names_response", "STREAM.LIST": "stream_list_response",
         "STREAM.MSG": "stream_msg_get_response",
+        "CONSUMER.CREATE": "consumer_create_response",
+        "CONSUMER.DURABLE": "consumer_create_response",
+        "CONSUMER.INFO": "consumer_info_response", "CONSUMER.DELETE": "consumer_delete_response",
+        "CONSUMER.NAMES": "consumer_names_response", "CONSUMER.LIST": "consumer_list_response",
     }
-    key = ".".join(tokens[:2]) if tokens and tokens[0] == "STREAM" else (tokens[0] if tokens else "")
+    key = (".".join(tokens[:2]) if tokens and tokens[0] in ("STREAM", "CONSUMER")
+           else (tokens[0] if tokens else ""))
     if tokens[:3] == ["STREAM", "MSG", "DELETE"]:
         return "io.nats.jetstream.api.v1.stream_msg_delete_response"
     return "io.nats.jetstream.api.v1." + names.get(key, "api_response")
+
+
+def _listened(account: Account, subject: str) -> bool:
+    """Whether anyone (here or over a route) listens to `subject` in `account`."""
+    key = subject.encode()
+    plain, groups, remote = account.sublist.cache.get(key) or account.sublist.compute(key)
+    return bool(plain or groups or remote is not None)
+
+
+def _consumer_key(config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k != "metadata"}
 
 
 def _overlap(a: list[str], b: list[str]) -> bool:

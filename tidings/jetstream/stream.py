@@ -115,6 +115,7 @@ class Stream:
         self.store = MemoryStore(config.get("first_seq") or 1)
         self.msg_ids: OrderedDict[str, tuple[int, int]] = OrderedDict()  # id -> (seq, ts)
         self.subs: list[Any] = []  # its subscriptions in the account (api.py)
+        self.consumers: dict[str, Any] = {}  # name -> consumer.Consumer
 
     @property
     def name(self) -> str:
@@ -198,7 +199,7 @@ class Stream:
         }
         if store.subjects:
             state["num_subjects"] = len(store.subjects)
-        state["consumer_count"] = 0
+        state["consumer_count"] = len(self.consumers)
         return state
 
     def info(self, with_config: bool = True) -> dict[str, Any]:
