@@ -1,0 +1,160 @@
+"""JetStream on tidings and on the reference nats-server (`-js`), driven by nats-py's
+JetStream API: streams (create, info, publish with PubAcks, duplicates, expected-sequence
+checks, message get, purge, delete), the API's errors, and consumers (pull with fetch and
+acks, push with a subscription)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.js.api import StorageType
+from nats.js.errors import APIError, BadRequestError, NotFoundError
+
+from tests.harness import Server, start_reference, start_tidings
+
+KINDS = ["tidings", "reference"]
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[Server]:
+    store = tmp_path_factory.mktemp("js")
+    if request.param == "tidings":
+        srv = start_tidings(extra_args=["-js", "-sd", str(store)])
+    else:
+        srv = start_reference(extra_args=["-js", "-sd", str(store)])
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+async def nc(server: Server) -> AsyncIterator[Client]:
+    client = await nats.connect(server.url)
+    yield client
+    await client.close()
+
+
+async def test_a_stream_stores_what_is_published_on_its_subjects(nc: Client) -> None:
+    js = nc.jetstream()
+    info = await js.add_stream(name="ORDERS", subjects=["orders.>"],
+                               storage=StorageType.MEMORY)
+    assert info.config.name == "ORDERS" and info.state.messages == 0
+    acks = [await js.publish("orders.new", b"one"), await js.publish("orders.paid", b"two")]
+    assert [(a.stream, a.seq) for a in acks] == [("ORDERS", 1), ("ORDERS", 2)]
+    state = (await js.stream_info("ORDERS")).state
+    assert (state.messages, state.first_seq, state.last_seq) == (2, 1, 2)
+    assert state.bytes == 2 * 16 + len("orders.new") + 3 + len("orders.paid") + 3
+    msg = await js.get_msg("ORDERS", 2)
+    assert (msg.subject, msg.data, msg.seq) == ("orders.paid", b"two", 2)
+    assert await js.purge_stream("ORDERS")
+    assert (await js.stream_info("ORDERS")).state.first_seq == 3
+    assert await js.delete_stream("ORDERS")
+    with pytest.raises(NotFoundError):
+        await js.stream_info("ORDERS")
+
+
+async def test_a_message_id_is_stored_once_within_the_window(nc: Client) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="DEDUP", subjects=["dedup"], storage=StorageType.MEMORY)
+    try:
+        first = await js.publish("dedup", b"a", headers={"Nats-Msg-Id": "x1"})
+        again = await js.publish("dedup", b"a", headers={"Nats-Msg-Id": "x1"})
+        assert (first.seq, first.duplicate) == (1, None)
+        assert (again.seq, again.duplicate) == (1, True)
+        assert (await js.stream_info("DEDUP")).state.messages == 1
+    finally:
+        await js.delete_stream("DEDUP")
+
+
+async def test_expected_last_sequence_is_checked(nc: Client) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="EXPECT", subjects=["expect.*"], storage=StorageType.MEMORY)
+    try:
+        await js.publish("expect.a", b"1")
+        ok = await js.publish("expect.a", b"2", headers={"Nats-Expected-Last-Sequence": "1"})
+        assert ok.seq == 2
+        with pytest.raises(APIError) as refused:
+            await js.publish("expect.a", b"3", headers={"Nats-Expected-Last-Sequence": "1"})
+        assert (refused.value.code, refused.value.err_code) == (400, 10071)
+        assert refused.value.description == "wrong last sequence: 2"
+        with pytest.raises(APIError) as other:
+            await js.publish("expect.a", b"4", headers={"Nats-Expected-Stream": "NOPE"})
+        assert other.value.err_code == 10060
+    finally:
+        await js.delete_stream("EXPECT")
+
+
+async def test_the_apis_errors_are_the_references(nc: Client) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="SAME", subjects=["same"], storage=StorageType.MEMORY)
+    try:
+        with pytest.raises(BadRequestError) as exists:
+            await js.add_stream(name="SAME", subjects=["different"],
+                                storage=StorageType.MEMORY)
+        assert (exists.value.code, exists.value.err_code) == (400, 10058)
+        reply = await nc.request("$JS.API.STREAM.CREATE.OTHER", json.dumps(
+            {"name": "WRONG"}).encode(), timeout=5)
+        body = json.loads(reply.data)
+        assert body["type"] == "io.nats.jetstream.api.v1.stream_create_response"
+        assert body["error"] == {"code": 400, "err_code": 10056,
+                                 "description": "stream name in subject does not match request"}
+        reply = await nc.request("$JS.API.STREAM.INFO.NOPE", b"", timeout=5)
+        assert json.loads(reply.data)["error"]["err_code"] == 10059
+    finally:
+        await js.delete_stream("SAME")
+
+
+async def test_a_pull_consumer_fetches_and_acks(nc: Client) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="PULL", subjects=["pull.>"], storage=StorageType.MEMORY)
+    try:
+        for i in range(5):
+            await js.publish("pull.x", b"m%d" % i)
+        sub = await js.pull_subscribe("pull.>", durable="worker")
+        first = await sub.fetch(3, timeout=5)
+        assert [m.data for m in first] == [b"m0", b"m1", b"m2"]
+        assert [m.metadata.sequence.stream for m in first] == [1, 2, 3]
+        for m in first[:2]:
+            await m.ack()
+        await nc.flush()
+        info = await js.consumer_info("PULL", "worker")
+        assert (info.delivered.stream_seq, info.ack_floor.stream_seq) == (3, 2)
+        assert (info.num_ack_pending, info.num_pending) == (1, 2)
+        rest = await sub.fetch(5, timeout=1)
+        assert [m.data for m in rest] == [b"m3", b"m4"]
+        with pytest.raises(nats.errors.TimeoutError):
+            await sub.fetch(1, timeout=0.5)
+    finally:
+        await js.delete_stream("PULL")
+
+
+async def test_a_push_subscription_gets_old_and_new_messages(nc: Client) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="PUSH", subjects=["push.>"], storage=StorageType.MEMORY)
+    try:
+        await js.publish("push.a", b"before")
+        sub = await js.subscribe("push.>")
+        msg = await sub.next_msg(timeout=5)
+        assert (msg.subject, msg.data) == ("push.a", b"before")
+        await msg.ack()
+        await js.publish("push.b", b"after")
+        msg = await sub.next_msg(timeout=5)
+        assert (msg.subject, msg.data) == ("push.b", b"after")
+        await msg.ack()
+        await sub.unsubscribe()
+    finally:
+        await js.delete_stream("PUSH")
+
+
+async def test_account_info_counts_streams(nc: Client, server: Server) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="COUNTED", subjects=["counted"], storage=StorageType.MEMORY)
+    try:
+        info = await js.account_info()
+        assert info.streams == 1 and info.limits.max_streams == -1
+    finally:
+        await js.delete_stream("COUNTED")
