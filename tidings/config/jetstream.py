@@ -41,6 +41,10 @@ from typing import Any
 from ..protocol.subjects import is_valid_subject
 from .parser import ConfigError, Section
 
+# The JetStream API level served: the one of the version tidings announces (nats-server
+# 2.11.0: level 1), in INFO (`api_lvl`) and /varz. (jetstream/stream.py has it too, for the
+# streams' metadata: one of them should import the other.)
+API_LEVEL = 1
 STORE_DIR_NAME = "jetstream"  # the folder under store_dir that holds the store
 MAX_STORE_DEFAULT = 1 << 40  # 1 TiB: when the disk's free space cannot be read
 MAX_MEMORY_DEFAULT = 256 << 20  # when the machine's memory cannot be read

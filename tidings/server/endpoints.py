@@ -254,7 +254,7 @@ class Endpoints:
         js = self.server.options.jetstream
         if js is None or not js.enabled:
             return {}
-        from ..jetstream.stream import API_LEVEL
+        from ..config.jetstream import API_LEVEL
 
         stats = {"memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0,
                  "accounts": 0 if self.server.accounts.configured else 1, "ha_assets": 0,

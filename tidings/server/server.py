@@ -401,7 +401,7 @@ class Server:
         if js is not None and js.enabled:
             # The API level served, last as in the reference's INFO (which has it from
             # 2.12 on, JetStream or not; tidings says 2.11.0 and sends it with JetStream).
-            from ..jetstream.stream import API_LEVEL
+            from ..config.jetstream import API_LEVEL
 
             info["api_lvl"] = API_LEVEL
         # The reference ends INFO with a space before CRLF.

@@ -332,3 +332,10 @@ def test_json_of_the_config_and_limits() -> None:
         ("compress_ok", True), ("unique_tag", "az")]
     assert js.limits.as_json() == {"max_ack_pending": 7, "max_duplicate_window": 60 * 10**9}
     assert J.JetStreamLimits().as_json() == {}
+
+
+def test_one_api_level() -> None:
+    """The level INFO and /varz announce is the one the streams' metadata says (2.11's)."""
+    from tidings.jetstream.stream import API_LEVEL
+
+    assert J.API_LEVEL == API_LEVEL == 1
