@@ -13,8 +13,8 @@ Units, as the reference reads them here: `max_memory_store`, `max_file_store` an
 `max_buffered_size` are its getStorageSize sizes (an integer, the file's `1G` and `1GB`
 included, or a string ending in K, M, G or T, powers of 1024); `sync_interval` is a Go
 duration string ("2m", "500ms") or `always`, and, as tidings takes every duration, an
-integer number of seconds (the reference warns about that form and takes it); the limits'
-durations are Go duration strings.
+integer number of seconds (which the reference takes with a warning when it starts, and
+refuses under -t); the limits' durations are Go duration strings.
 
 What the server runs with (`JetStreamOptions.resolved`, the reference's JetStreamConfig):
 the store is `<store_dir>/jetstream`; with no store_dir, `$TMPDIR/nats/jetstream` (or
