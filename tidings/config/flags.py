@@ -100,10 +100,12 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
                          help="do not advertise known cluster IPs to clients")
     cluster.add_argument("--cluster_advertise", metavar="HOST:PORT",
                          help="cluster URL to advertise to other servers")
-    refused = parser.add_argument_group("refused (not in tidings)")
-    refused.add_argument("-js", "--jetstream", action="store_true",
-                         help="JetStream (refused: tidings has NATS Streaming instead)")
-    refused.add_argument("-sd", "--store_dir", help="JetStream storage (refused)")
+    jetstream = parser.add_argument_group("JetStream")
+    jetstream.add_argument("-js", "--jetstream", nargs="?", const=True, type=flag_bool,
+                           metavar="BOOL", help="enable JetStream (-js=false: disable the "
+                           "file's)")
+    jetstream.add_argument("-sd", "--store_dir", metavar="DIR",
+                           help="JetStream storage directory (the store is DIR/jetstream)")
     tls = parser.add_argument_group("TLS")
     tls.add_argument("--tls", nargs="?", const=True, type=flag_bool, metavar="BOOL",
                      help="enable TLS (--tls=false: disable the file's)")
@@ -118,8 +120,6 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
 REFUSED_FLAGS = {
     "syslog": "logging to syslog is not supported",
     "remote_syslog": "logging to syslog is not supported",
-    "jetstream": "JetStream is not supported (tidings has NATS Streaming)",
-    "store_dir": "JetStream is not supported (tidings has NATS Streaming)",
 }
 
 
@@ -132,7 +132,13 @@ def options_from_args(args: argparse.Namespace, base: ServerOptions | None = Non
     fields = ServerOptions.__dataclass_fields__
     given = {k: v for k, v in vars(args).items() if k in fields and v is not None}
     given.pop("tls", None)  # --tls is a switch; the TLSOptions come from all the --tls* flags
+    given.pop("jetstream", None)  # -js is a switch; the JetStreamOptions come from it and -sd
     base = base or ServerOptions()
+    enable, store_dir = getattr(args, "jetstream", None), getattr(args, "store_dir", None)
+    if enable is not None or store_dir:
+        from .jetstream import jetstream_from_flags
+
+        given["jetstream"] = jetstream_from_flags(base.jetstream, enable, store_dir)
     tls_flags = [getattr(args, f, None) for f in ("tlscert", "tlskey", "tlscacert", "tlsverify")]
     if getattr(args, "tls", None) is False:
         given["tls"] = None  # as the reference: -tls=false turns the file's TLS off

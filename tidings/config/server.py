@@ -4,8 +4,9 @@ of a configuration file onto them, by the reference's names, and the checks of t
 tls.py's and websocket.py's. (The file format itself is parser.py's.)
 
 A key the reference does not know is refused as it refuses it (`unknown field "x"`); a key
-the reference has and tidings does not (jetstream, leafnodes, ...) is refused with a
-message that names it, never ignored. Every alias the reference has is taken (`net` for
+the reference has and tidings does not (leafnodes, gateway, ...) is refused with a
+message that names it, never ignored. JetStream's keys (`jetstream`, the top-level
+`store_dir`) are config/jetstream.py's. Every alias the reference has is taken (`net` for
 `host`, `monitor_port` for `http_port`, `max_conn`, `logfile`, `pidfile`, `ws`, ...).
 A monitor port of -1 (`http: "127.0.0.1:-1"`) is any free port, as a client port of -1 is.
 """
@@ -25,6 +26,7 @@ from .units import file_bool, file_duration, file_monitor_port, file_port, file_
 # tls.py, websocket.py and accounts.py are imported where a block of theirs is read or
 # checked: a server without TLS, WebSocket or accounts does not load them at start.
 if TYPE_CHECKING:
+    from .jetstream import JetStreamOptions
     from .operator import OperatorOptions
     from .tls import TLSOptions
     from .websocket import WebSocketOptions
@@ -81,6 +83,9 @@ class ServerOptions:
     cluster_tls: TLSOptions | None = None
     operator: OperatorOptions | None = None  # operator mode (JWTs): config/operator.py
     websocket: WebSocketOptions | None = None
+    # JetStream (config/jetstream.py): None when neither the file nor a flag mentions it;
+    # on when `.enabled`.
+    jetstream: JetStreamOptions | None = None
 
     @property
     def auth_required(self) -> bool:
@@ -165,23 +170,24 @@ def check(options: ServerOptions) -> None:
         from .websocket import check_websocket
 
         check_websocket(options)
+    if options.jetstream is not None:
+        from .jetstream import check_jetstream
+
+        check_jetstream(options.jetstream)
 
 
 # -- not built yet --------------------------------------------------------------------------
 # -- the configuration file ----------------------------------------------------------------
 _JWT = "not supported by tidings in operator mode yet"
 _NO_SYSTEM = "turning the system account off is not supported"
-_JETSTREAM = "JetStream is not supported (tidings has NATS Streaming)"
 _SYSLOG = "logging to syslog is not supported"
 _TRACE = "tracing options other than trace are not supported"
 
 # Keys of the reference that tidings does not have, and why: every other key of its
 # processConfigFileLine, aliases included, so that none is called unknown.
 UNSUPPORTED = {
-    "jetstream": _JETSTREAM,
-    "store_dir": _JETSTREAM,
-    "storedir": _JETSTREAM,
-    "default_js_domain": _JETSTREAM,
+    "default_js_domain": "JetStream domains for accounts without JetStream (of leaf nodes) "
+                         "are not supported by tidings yet",
     "leafnodes": "leaf nodes are not supported",
     "leaf": "leaf nodes are not supported",
     "gateway": "gateways are not supported",
@@ -437,6 +443,32 @@ def _websocket(changes: dict[str, Any], value: Any) -> None:
     changes["websocket"] = parse_websocket(value)
 
 
+def _at_key(conf: Section, key: str, parse: Callable[[], Any]) -> Any:
+    """parse(), its error of the whole value (or of a value of another type than the
+    reference asserts) placed at the key, without naming it, as the reference does."""
+    try:
+        return parse()
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(f"{conf.where(key)}: {exc}") from None
+
+
+def _jetstream(conf: Section, key: str, changes: dict[str, Any]) -> None:
+    """`jetstream`, over what a `store_dir` before it set."""
+    from .jetstream import parse_jetstream
+
+    changes["jetstream"] = _at_key(
+        conf, key, lambda: parse_jetstream(conf[key], changes.get("jetstream")))
+
+
+def _store_dir(conf: Section, key: str, changes: dict[str, Any]) -> None:
+    from .jetstream import parse_store_dir
+
+    changes["jetstream"] = _at_key(
+        conf, key, lambda: parse_store_dir(conf, key, changes.get("jetstream")))
+
+
 # Keys whose handlers place some errors at the key itself, as the reference does (and
 # take the map and the key for it).
 _PLACED_KEYS: dict[str, Callable[[Section, str, dict[str, Any]], None]] = {
@@ -444,6 +476,9 @@ _PLACED_KEYS: dict[str, Callable[[Section, str, dict[str, Any]], None]] = {
     "accounts": _accounts,
     "system_account": _system_account,
     "system": _system_account,
+    "jetstream": _jetstream,
+    "store_dir": _store_dir,
+    "storedir": _store_dir,
 }
 
 _KEYS: dict[str, Handler] = {

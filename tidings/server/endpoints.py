@@ -228,7 +228,7 @@ class Endpoints:
             "http_base_path": "", "https_port": o.https_port, "auth_timeout": o.auth_timeout,
             "max_control_line": o.max_control_line, "max_payload": o.max_payload,
             "max_pending": o.max_pending, "cluster": cluster, "gateway": {}, "leaf": {},
-            "mqtt": {}, "websocket": {}, "jetstream": {},
+            "mqtt": {}, "websocket": {}, "jetstream": self.jetstream_varz(),
             "tls_timeout": o.tls.timeout if o.tls else 2,
             "write_deadline": int(o.write_deadline * _NS), "start": rfc3339(s.started),
             "now": rfc3339(now), "uptime": uptime(now - s.started), "mem": _rss(),
@@ -246,6 +246,20 @@ class Endpoints:
                                     "leafs": 0},
             "stale_connection_stats": {**s.stale, "gateways": 0, "leafs": 0},
         }
+
+    def jetstream_varz(self) -> dict[str, Any]:
+        """The reference's JetStream block of /varz when it is on: the configuration run
+        with, the stats of an idle server (the global account has JetStream when no
+        accounts are configured), the configured limits."""
+        js = self.server.options.jetstream
+        if js is None or not js.enabled:
+            return {}
+        from ..config.jetstream import API_LEVEL
+
+        stats = {"memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0,
+                 "accounts": 0 if self.server.accounts.configured else 1, "ha_assets": 0,
+                 "api": {"level": API_LEVEL, "total": 0, "errors": 0}}
+        return {"config": js.resolved.as_json(), "stats": stats, "limits": js.limits.as_json()}
 
     # -- /connz ---------------------------------------------------------------------------
     def connz(self, opts: dict[str, Any]) -> dict[str, Any]:

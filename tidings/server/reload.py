@@ -37,6 +37,8 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
         # Any port (0 or -1), or the one a start on any port got: the port it listens on,
         # as the reference keeps the resolved port for a RANDOM_PORT.
         new = replace(new, port=old.port)
+    if new.jetstream == old.jetstream:
+        new = replace(new, jetstream=old.jetstream)  # what it resolved at start, kept
     changed = [f.name for f in fields(new)
                if f.name not in IGNORED and getattr(old, f.name) != getattr(new, f.name)]
     for name in changed:
@@ -47,6 +49,9 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
                              f"new={_go(_shown_value(name, getattr(new, name)))}")
         if name.startswith("cluster") or name in ("routes", "no_advertise"):
             raise ValueError(f"config reload not supported for cluster {name}")
+        if name == "jetstream":
+            raise ValueError("config reload not supported for JetStream by tidings yet "
+                             "(restart to change it)")
     if "tls" in changed and (old.tls is None) != (new.tls is None):
         raise ValueError("config reload not supported for TLS on or off: the client port "
                          "keeps what it was started with (restart to change it)")

@@ -218,6 +218,8 @@ class Server:
             if opts.allow_non_tls:
                 info["tls_available"] = True
         info["max_payload"] = opts.max_payload
+        if opts.jetstream is not None and opts.jetstream.enabled:
+            info["jetstream"] = True
         if self.lame_duck:
             info["ldm"] = True
         self._info = info
@@ -384,15 +386,24 @@ class Server:
             if not client.nonce:
                 client.nonce = new_nonce()
             info["nonce"] = client.nonce
+        js = self.options.jetstream
         if self.cluster is not None:
             info["cluster"] = self.cluster.name
-            if self.connect_urls and not client.internal:
-                info["connect_urls"] = self.connect_urls
+        if js is not None and js.domain:
+            info["domain"] = js.domain
+        if self.cluster is not None and self.connect_urls and not client.internal:
+            info["connect_urls"] = self.connect_urls
         if client.websocket and self.ws_listener is not None:
             self.ws_listener.adjust_info(info)
         if connect_info:
             info["connect_info"] = True
             info["remote_account"] = "$G"
+        if js is not None and js.enabled:
+            # The API level served, last as in the reference's INFO (which has it from
+            # 2.12 on, JetStream or not; tidings says 2.11.0 and sends it with JetStream).
+            from ..config.jetstream import API_LEVEL
+
+            info["api_lvl"] = API_LEVEL
         # The reference ends INFO with a space before CRLF.
         return b"INFO " + json.dumps(info, separators=(",", ":")).encode() + b" \r\n"
 

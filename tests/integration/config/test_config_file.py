@@ -100,8 +100,7 @@ def test_unknown_fields_as_the_reference_reports_them(tmp_path: Path, text: str,
 
 @pytest.mark.parametrize(("text", "code", "out"), [
     # A key the reference has and tidings does not: refused by name.
-    ("port: 4333\njetstream: enabled\n", 1,
-     ':2:1: "jetstream": JetStream is not supported'),
+    ("port: 4333\ngateway: {}\n", 1, ':2:1: "gateway": gateways are not supported'),
     ("port: 4333\nmax_payload: 1MB\ncluster { listen: 127.0.0.1:6222 }\n", 0, "is valid"),
 ], ids=["unsupported", "valid"])
 def test_checking_files_the_reference_accepts(tmp_path: Path, text: str, code: int,
@@ -175,7 +174,8 @@ def test_version_and_bad_signals() -> None:
 
 
 @pytest.mark.parametrize(("flag", "why"), [
-    (["-s"], "syslog"), (["--ms", "8222"], "TLS"), (["-js"], "JetStream"), (["--tls"], "TLS"),
+    (["-s"], "syslog"), (["--ms", "8222"], "TLS"), (["-r", "udp://h:514"], "syslog"),
+    (["--tls"], "TLS"),
 ])
 def test_reference_flags_tidings_lacks_are_refused(flag: list[str], why: str) -> None:
     out = tidings(*flag, "--no_streaming", "-p", "-1")

@@ -27,7 +27,8 @@ from .conftest import DIFF_RESULTS, ServerPair
 # INFO keys only the reference sends, and why we do not.
 REFERENCE_ONLY_INFO_KEYS = {
     "git_commit": "the Go server's build commit; tidings has no such build metadata",
-    "api_lvl": "JetStream API level; tidings has no JetStream",
+    "api_lvl": "JetStream API level, in INFO from 2.12 on; tidings says 2.11.0 and sends it "
+               "only with JetStream on (these exchanges run without)",
     "xkey": "the server's curve key for encrypted auth callouts, which tidings does not offer",
 }
 # INFO values that must be equal on both servers (all other values are per-server ids,

@@ -14,7 +14,7 @@ from tidings.config.server import ServerOptions, apply_server_config
 
 ERRORS = [
     ("port: 4222\nbogus: 1\n", 'f.conf:2:1: unknown field "bogus"'),
-    ("port: 4222\njetstream: {}\n", 'f.conf:2:1: "jetstream": JetStream is not supported'),
+    ("port: 4222\ngateway: {}\n", 'f.conf:2:1: "gateway": gateways are not supported'),
     ("max_payload: 1x\n", "f.conf:1:0: \"max_payload\": expected a size, got '1x'"),
     ("ping_interval: true\n", 'f.conf:1:0: "ping_interval": expected a duration, got True'),
     ("port: 70000\n", 'f.conf:1:0: "port": port 70000 out of range 0-65535'),
