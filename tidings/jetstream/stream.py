@@ -9,11 +9,11 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from ..config.jetstream import API_LEVEL
 from ..protocol.subjects import is_valid_subject
 from . import errors
 from .memstore import MemoryStore, StoredMsg
 
-API_LEVEL = 1  # the JetStream API level of the version tidings announces (2.11)
 SERVER_VERSION = "2.11.0"
 DEFAULT_DUPLICATE_WINDOW = 120 * 10**9  # ns
 NS = 10**9
