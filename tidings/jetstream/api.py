@@ -122,7 +122,9 @@ class JetStream:
         if op.startswith("CONSUMER."):
             return self._consumer_request(account, streams, op, tokens, body, reply, kind)
         if op == "STREAM.NAMES":
-            names = sorted(streams)
+            wanted = body.get("subject") if isinstance(body, dict) else None
+            names = sorted(n for n, st in streams.items()
+                           if not wanted or _overlap(st.config["subjects"], [wanted]))
             return self._reply(account, reply, kind, total=len(names), offset=0,
                                limit=NAMES_LIMIT, streams=names or None)
         if op == "STREAM.LIST":

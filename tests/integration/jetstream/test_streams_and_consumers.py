@@ -158,3 +158,16 @@ async def test_account_info_counts_streams(nc: Client, server: Server) -> None:
         assert info.streams == 1 and info.limits.max_streams == -1
     finally:
         await js.delete_stream("COUNTED")
+
+
+async def test_stream_names_by_subject(nc: Client) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="AA", subjects=["aa.>"], storage=StorageType.MEMORY)
+    await js.add_stream(name="BB", subjects=["bb.*"], storage=StorageType.MEMORY)
+    try:
+        reply = await nc.request("$JS.API.STREAM.NAMES", b'{"subject":"bb.x"}', timeout=5)
+        assert json.loads(reply.data)["streams"] == ["BB"]
+        assert await js.find_stream_name_by_subject("aa.q.r") == "AA"
+    finally:
+        await js.delete_stream("AA")
+        await js.delete_stream("BB")
