@@ -118,6 +118,7 @@ class Consumer:
         self.redelivered = 0
         self.waiting: deque[PullRequest] = deque()
         self.last_active = 0
+        self.last_sent = time.monotonic()  # a delivery or heartbeat (idle_heartbeat)
 
     # -- where it starts --------------------------------------------------------------------
     def _start_seq(self) -> int:
@@ -162,6 +163,7 @@ class Consumer:
         self._expire_requests()
         if target and not self.interest(target):
             return  # a push consumer delivers once someone listens
+        sent = 0
         while self._may_deliver():
             request = None
             if not target:
@@ -172,10 +174,16 @@ class Consumer:
             if msg is None:
                 break
             self._deliver(msg, request.reply if request else target)
+            sent += 1
             if request is not None:
                 request.batch -= 1
                 if request.batch <= 0:
                     self.waiting.popleft()
+        if sent and target and self.config.get("flow_control"):
+            # As the reference asks a push subscriber to show it keeps up (it answers on
+            # the reply); tidings does not hold deliveries back for the answer.
+            self.send(target, target, f"$JS.FC.{self.stream.name}.{self.name}."
+                      f"{secrets.token_hex(4)}", b"NATS/1.0 100 FlowControl Request\r\n\r\n", b"")
         # A no_wait request that found nothing more: 404 (or 408 if it had some).
         while self.waiting and self.waiting[0].no_wait:
             request = self.waiting.popleft()
@@ -207,6 +215,19 @@ class Consumer:
             headers = (headers[:-2] if headers else b"NATS/1.0\r\n") + size + b"\r\n"
             data = b""
         self.send(target, msg.subject, ack, headers, data)
+        self.last_sent = time.monotonic()
+
+    def heartbeat(self) -> None:
+        """A push consumer's idle heartbeat, when nothing was sent for `idle_heartbeat`."""
+        target = self.config.get("deliver_subject")
+        every = self.config.get("idle_heartbeat")
+        if not target or not every or time.monotonic() - self.last_sent < every / NS:
+            return
+        if not self.interest(target):
+            return
+        self.last_sent = time.monotonic()
+        last = (f"Nats-Last-Consumer: {self.cseq}\r\nNats-Last-Stream: {self.dseq}\r\n")
+        self._status(target, b"100 Idle Heartbeat", last.encode())
 
     def _status(self, reply: str, status: bytes, extra: bytes = b"") -> None:
         self.send(reply, reply, None, b"NATS/1.0 " + status + b"\r\n" + extra + b"\r\n", b"")
@@ -269,6 +290,7 @@ class Consumer:
                     entry.ts = now
                     self.redeliver.append(seq)
         self.pump()
+        self.heartbeat()
 
     # -- acks ------------------------------------------------------------------------------
     def ack(self, stream_seq: int, payload: bytes) -> str:

@@ -171,3 +171,20 @@ async def test_stream_names_by_subject(nc: Client) -> None:
     finally:
         await js.delete_stream("AA")
         await js.delete_stream("BB")
+
+
+async def test_an_ordered_push_consumer_gets_every_message(nc: Client) -> None:
+    """nats-py's ordered consumer: flow control and idle heartbeats on."""
+    js = nc.jetstream()
+    await js.add_stream(name="ORDERED", subjects=["ordered.>"], storage=StorageType.MEMORY)
+    try:
+        for i in range(20):
+            await js.publish(f"ordered.{i % 3}", b"%d" % i)
+        sub = await js.subscribe("ordered.>", ordered_consumer=True, idle_heartbeat=0.5)
+        got = [(await sub.next_msg(timeout=5)).data for _ in range(20)]
+        assert got == [b"%d" % i for i in range(20)]
+        await js.publish("ordered.0", b"late")
+        assert (await sub.next_msg(timeout=5)).data == b"late"
+        await sub.unsubscribe()
+    finally:
+        await js.delete_stream("ORDERED")
