@@ -212,7 +212,9 @@ class FileStore:
         if blk is None or (blk.end and blk.end + len(rec) > self.block_size):
             blk, off = self._start_block(seq, rec), 0
             if len(self._blocks) > 1 and not self._blocks[-2].live:
-                self._drop_block(self._blocks[-2])
+                with contextlib.suppress(OSError):  # else it goes on the next open
+                    self._make_durable(blk)  # before the block holding the last sequence goes
+                    self._drop_block(self._blocks[-2])
         else:
             off = self._append(blk, rec)
         sid = self._intern(subject)
@@ -286,9 +288,15 @@ class FileStore:
         count, old = self._count, self._blocks
         self._blocks, self._firsts = [], []
         try:
-            self._start_block(self.last_seq + 1,
-                              encode(PBIT | self.last_seq, self.last_ts, b"", None, b""))
+            mark = self._start_block(self.last_seq + 1,
+                                     encode(PBIT | self.last_seq, self.last_ts, b"", None, b""))
         except OSError:
+            self._blocks, self._firsts = old, [b.first for b in old]
+            raise
+        try:
+            self._make_durable(mark)  # the purge mark, before the blocks go
+        except OSError:
+            self._remove_file(mark)
             self._blocks, self._firsts = old, [b.first for b in old]
             raise
         for blk in old:
@@ -436,6 +444,14 @@ class FileStore:
         with contextlib.suppress(FileNotFoundError):
             blk.path.unlink()
         self._dir_changed()
+
+    def _make_durable(self, blk: _Block) -> None:
+        """fsync a block and the directory (a file it replaces may then go)."""
+        if not self.sync_always:
+            os.fsync(self._fd(blk))
+            self._dirty.discard(blk.index)
+            fsync_dir(self.dir)
+            self._dir_dirty = False
 
     def _dir_changed(self) -> None:
         if self.sync_always:

@@ -4,7 +4,9 @@ operations; the bytes as the reference's file store counts them."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import logging
 import os
 import resource
@@ -16,10 +18,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import nats
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.harness import start_configured
 from tidings.jetstream.filestore import (
     EMPTY_RECORD,
     LARGE_BLOCK,
@@ -374,6 +378,10 @@ def test_a_failed_write_stores_nothing(tmp_path: Path) -> None:
     with file_size_limit(size + 10), pytest.raises(OSError):
         store.remove(2)
     assert store.get(2) is not None and store.count == 3
+    files = blocks(tmp_path)
+    with file_size_limit(10), pytest.raises(OSError):
+        store.purge()  # its mark cannot be written: nothing is purged
+    assert (blocks(tmp_path), store.count, store.get(1) is not None) == (files, 3, True)
     assert store.store("a", None, b"z").seq == 4
     store = reopen(store)
     assert (store.count, store.last_seq, store.get(4).data) == (4, 4, b"z")  # type: ignore
@@ -463,3 +471,42 @@ def test_same_state_as_the_memory_store(tmp_path_factory: pytest.TempPathFactory
 
 def test_empty_record_length_is_the_references() -> None:
     assert EMPTY_RECORD == 30  # emptyRecordLen = msgHdrSize (22) + checksumSize (8)
+
+
+# -- the reference's bytes ---------------------------------------------------------------
+async def test_bytes_as_the_reference_file_stream_reports(tmp_path: Path) -> None:
+    """The same messages in a reference `storage: file` stream and in a FileStore: the same
+    bytes, also after a removal and a purge."""
+    server = start_configured("reference", f"jetstream {{ store_dir: {str(tmp_path / 'ref')!r} }}\n")
+    nc = await nats.connect(f"nats://127.0.0.1:{server.port}")
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="S", subjects=["s.>"], storage="file")
+        sent = [("s.a", None, b""), ("s.bb", {"X": "1"}, b"hello"),
+                ("s.c.d", {"Nats-Msg-Id": "m1", "Y": "two"}, os.urandom(3000)),
+                ("s.a", None, os.urandom(70000))]
+        for subject, headers, data in sent:
+            await js.publish(subject, data, headers=headers)
+        store = FileStore(tmp_path / "ours")
+        for seq in range(1, len(sent) + 1):
+            reply = await nc.request("$JS.API.STREAM.MSG.GET.S", json.dumps({"seq": seq}).encode())
+            msg = json.loads(reply.data)["message"]
+            hdrs = base64.b64decode(msg["hdrs"]) if "hdrs" in msg else None
+            store.store(msg["subject"], hdrs, base64.b64decode(msg.get("data", "")))
+
+        async def reference_state() -> tuple[int, int, int, int]:
+            st = (await js.stream_info("S")).state
+            return st.bytes, st.messages, st.first_seq, st.last_seq
+
+        assert await reference_state() == (store.bytes, 4, 1, 4)
+        await js.delete_msg("S", 3)
+        store.remove(3)
+        assert await reference_state() == (store.bytes, 3, 1, 4)
+        await js.purge_stream("S")
+        store.purge()
+        assert await reference_state() == (store.bytes, 0, store.first_seq, store.last_seq) == (
+            0, 0, 5, 4)
+        store.close()
+    finally:
+        await nc.close()
+        server.stop()
