@@ -1,0 +1,685 @@
+"""A stream's messages on disk: the file store, a drop-in for :class:`MemoryStore` that keeps a
+stream's messages (``storage: file``) across a restart of the server.
+
+Layout, under the stream's directory (``<store_dir>/jetstream/<account>/streams/<stream>/``)::
+
+    msgs/<n>.blk    append-only blocks of records, n = 1, 2, ... (never reused)
+
+Records (little-endian), as long as the reference's file store counts a message's bytes
+(its ``fileStoreMsgSize``), so that ``bytes`` is what STREAM.INFO reports for a file stream::
+
+    u32 rl | HBIT     the record's length, all of it; HBIT when it has headers
+    u64 seq | flags   TBIT: a tombstone (message seq, in this block, is removed);
+                      PBIT: a purge mark (nothing at or below seq remains; ts = the last ts)
+    i64 ts            nanoseconds since the epoch
+    u16 subject length, subject (UTF-8)
+    [u32 headers length, headers]   when HBIT
+    data
+    u32 crc32 of all the above, u32 rl again
+
+A block is written until the next record would take it past ``block_size`` (the reference's
+default: 8 MB for a limits stream, its ``dynBlkSize`` rule from max_bytes), then a new one
+starts. A removal appends a tombstone to the block holding the message, so it survives a
+restart; a block whose messages are all gone is deleted (the last block is kept: it holds the
+last sequence), one with more dead bytes than live is rewritten (compacted). A purge writes a
+new block holding a purge mark, then deletes every older one: the sequence goes on.
+
+Opening reads the blocks: a torn record at a block's end (a crash mid-write) is truncated,
+a record that fails its checksum with valid ones after it is skipped, both with a log line;
+the per-subject counts and bytes are rebuilt. Memory per message: an index entry (offset,
+length, subject id, timestamp: 24 bytes); messages are read back from disk on :meth:`get`
+(with one read-ahead buffer). A failed write (a full disk) truncates what it wrote and raises
+:class:`OSError`: nothing is stored, the store stays usable.
+
+Writes reach the OS at once; :meth:`FileStore.sync` fsyncs them (the caller calls it every
+``sync_interval``), or every write is fsynced with ``sync_always=True``. Pure code and file
+I/O, no asyncio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import struct
+import time
+from array import array
+from bisect import bisect_right
+from collections import OrderedDict
+from pathlib import Path
+from zlib import crc32
+
+from ..streaming.stores.recordlog import fsync_dir, write_all
+from .memstore import StoredMsg
+
+log = logging.getLogger("tidings.jetstream")
+
+HBIT = 1 << 31
+TBIT = 1 << 63
+PBIT = 1 << 62
+SEQ_MASK = PBIT - 1
+HEAD = struct.Struct("<IQqH")  # rl, seq and flags, ts, subject length
+HLEN = struct.Struct("<I")
+TRAIL = struct.Struct("<II")  # crc32, rl
+EMPTY_RECORD = HEAD.size + TRAIL.size  # 30, as the reference's emptyRecordLen
+MAX_RECORD = HBIT - 1
+
+LARGE_BLOCK = 8 * 1024 * 1024  # the reference's defaultLargeBlockSize
+MEDIUM_BLOCK = 4 * 1024 * 1024  # defaultMediumBlockSize
+MIN_BLOCK = 32 * 1000  # FileStoreMinBlkSize
+DEFAULT_SYNC_INTERVAL = 120.0  # the reference's sync_interval
+READ_AHEAD = 64 * 1024
+MAX_OPEN_FILES = 16
+COMPACT_MIN = 64 * 1024  # dead bytes a block must have before it is rewritten
+
+
+def block_size_for(retention: str = "limits", max_bytes: int = -1) -> int:
+    """The block size the reference picks for a stream (its ``dynBlkSize``, unencrypted)."""
+    if max_bytes > 0:
+        size = max_bytes // 4 + 1
+        size += -size % 100
+        if size <= MIN_BLOCK:
+            return MIN_BLOCK
+        return LARGE_BLOCK if size >= LARGE_BLOCK else MEDIUM_BLOCK
+    return LARGE_BLOCK if retention == "limits" else MEDIUM_BLOCK
+
+
+def msg_size(subject: str, headers: bytes | None, data: bytes) -> int:
+    """A message's bytes as the reference's file store counts them (its record length)."""
+    size = EMPTY_RECORD + len(subject.encode()) + len(data)
+    return size + HLEN.size + len(headers) if headers else size
+
+
+def encode(seq_field: int, ts: int, subject: bytes, headers: bytes | None, data: bytes) -> bytes:
+    """One record (see the module's docstring)."""
+    rl = EMPTY_RECORD + len(subject) + len(data)
+    if headers:
+        rl += HLEN.size + len(headers)
+    if rl > MAX_RECORD or len(subject) > 0xFFFF:
+        raise ValueError("message too large for the file store")
+    flags = HBIT if headers else 0
+    body = HEAD.pack(rl | flags, seq_field, ts, len(subject)) + subject
+    if headers:
+        body += HLEN.pack(len(headers)) + headers
+    body += data
+    return body + TRAIL.pack(crc32(body), rl)
+
+
+def decode(buf: bytes | memoryview, pos: int = 0) -> StoredMsg | None:
+    """The message record at ``pos`` (None when its checksum fails)."""
+    view = memoryview(buf)
+    word, seq_field, ts, slen = HEAD.unpack_from(view, pos)
+    rl = word & ~HBIT
+    end = pos + rl - TRAIL.size
+    if end > len(view) or crc32(view[pos:end]) != TRAIL.unpack_from(view, end)[0]:
+        return None
+    p = pos + HEAD.size
+    subject = str(view[p:p + slen], "utf-8", "replace")
+    p += slen
+    headers = None
+    if word & HBIT:
+        (hlen,) = HLEN.unpack_from(view, p)
+        headers = bytes(view[p + HLEN.size:p + HLEN.size + hlen])
+        p += HLEN.size + hlen
+    return StoredMsg(subject, seq_field & SEQ_MASK, headers, bytes(view[p:end]), ts)
+
+
+class _Block:
+    """One block file and the index of its messages: entry i is sequence first + i."""
+
+    __slots__ = ("index", "path", "first", "offs", "lens", "sids", "tss", "live", "live_bytes",
+                 "end")
+
+    def __init__(self, index: int, path: Path, first: int) -> None:
+        self.index, self.path, self.first = index, path, first
+        self.offs = array("q")  # record offset, -1 once removed
+        self.lens = array("I")  # record length (the message's bytes)
+        self.sids = array("I")  # subject id
+        self.tss = array("q")  # timestamp
+        self.live = 0
+        self.live_bytes = 0
+        self.end = 0  # the file's length
+
+    def add(self, off: int, size: int, sid: int, ts: int) -> None:
+        self.offs.append(off)
+        self.lens.append(size)
+        self.sids.append(sid)
+        self.tss.append(ts)
+        self.live += 1
+        self.live_bytes += size
+
+    def kill(self, i: int) -> None:
+        self.offs[i] = -1
+        self.live -= 1
+        self.live_bytes -= self.lens[i]
+
+    @property
+    def next_seq(self) -> int:
+        return self.first + len(self.offs)
+
+
+class _Recovered:
+    """What opening a store read from one block."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []  # subject of each message entry (sids come later)
+        self.tombstones: set[int] = set()
+        self.purged = 0  # the highest purge mark
+        self.last_seq = 0
+        self.last_ts = 0
+
+
+class FileStore:
+    """Messages by sequence in block files; the state STREAM.INFO reports."""
+
+    def __init__(self, directory: str | os.PathLike[str], first_seq: int = 1, *,
+                 block_size: int = LARGE_BLOCK, sync_always: bool = False) -> None:
+        self.dir = Path(directory) / "msgs"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.block_size = block_size
+        self.sync_always = sync_always
+        self.compact_min = COMPACT_MIN
+        self.subjects: dict[str, int] = {}  # subject -> messages on it
+        self.bytes = 0
+        self.first_seq = first_seq
+        self.last_seq = first_seq - 1
+        self.last_ts = 0
+        self._count = 0
+        self._blocks: list[_Block] = []
+        self._firsts: list[int] = []
+        self._next_index = 1
+        self._sid: dict[str, int] = {}
+        self._names: list[str | None] = []
+        self._free: list[int] = []
+        self._first_hint: dict[int, int] = {}  # sid -> a sequence at or before its first
+        self._last_hint: dict[int, int] = {}  # sid -> a sequence at or after its last
+        self._fds: OrderedDict[int, int] = OrderedDict()  # block index -> fd
+        self._dirty: set[int] = set()
+        self._dir_dirty = False
+        self._rcache: tuple[int, int, bytes] | None = None  # block index, offset, bytes
+        self._recover()
+        if not self._blocks and first_seq > 1:
+            self._start_block(first_seq, encode(PBIT | (first_seq - 1), 0, b"", None, b""))
+
+    # -- writing -------------------------------------------------------------------------
+    def store(self, subject: str, headers: bytes | None, data: bytes,
+              ts: int | None = None) -> StoredMsg:
+        seq = self.last_seq + 1
+        headers = headers or None
+        msg = StoredMsg(subject, seq, headers, data, ts if ts is not None else time.time_ns())
+        rec = encode(seq, msg.ts, subject.encode(), headers, data)
+        blk = self._blocks[-1] if self._blocks else None
+        if blk is None or (blk.end and blk.end + len(rec) > self.block_size):
+            blk, off = self._start_block(seq, rec), 0
+            if len(self._blocks) > 1 and not self._blocks[-2].live:
+                with contextlib.suppress(OSError):  # else it goes on the next open
+                    self._make_durable(blk)  # before the block holding the last sequence goes
+                    self._drop_block(self._blocks[-2])
+        else:
+            off = self._append(blk, rec)
+        sid = self._intern(subject)
+        blk.add(off, len(rec), sid, msg.ts)
+        self.last_seq, self.last_ts = seq, msg.ts
+        self.subjects[subject] = count = self.subjects.get(subject, 0) + 1
+        if count == 1:
+            self._first_hint[sid] = seq
+        self._last_hint[sid] = seq
+        self.bytes += len(rec)
+        self._count += 1
+        if self._count == 1:
+            self.first_seq = seq
+        return msg
+
+    def remove(self, seq: int) -> bool:
+        found = self._locate(seq)
+        if found is None:
+            return False
+        blk, i = found
+        self._append(blk, encode(TBIT | seq, 0, b"", None, b""))
+        self._forget(blk, i)
+        if seq == self.first_seq:
+            self._advance_first()
+        if blk is not self._blocks[-1]:
+            if blk.live == 0:
+                self._drop_block(blk)
+            elif blk.end - blk.live_bytes >= max(blk.end // 2, self.compact_min):
+                self._compact(blk)
+        return True
+
+    def _forget(self, blk: _Block, i: int) -> None:
+        """Take entry i of blk out of the counts (its tombstone is written)."""
+        sid, size = blk.sids[i], blk.lens[i]
+        blk.kill(i)
+        self.bytes -= size
+        self._count -= 1
+        name = self._names[sid]
+        assert name is not None
+        left = self.subjects[name] - 1
+        if left:
+            self.subjects[name] = left
+            if left == 1:
+                self._single_left(sid)
+        else:
+            del self.subjects[name]
+            self._release(sid)
+
+    def _single_left(self, sid: int) -> None:
+        """One message left on a subject: when its last hint is that message, so is first."""
+        last = self._last_hint.get(sid)
+        found = self._locate(last) if last is not None else None
+        if found is not None and found[0].sids[found[1]] == sid:
+            self._first_hint[sid] = last  # type: ignore[assignment]
+
+    def _advance_first(self) -> None:
+        if not self._count:
+            self.first_seq = self.last_seq + 1
+            return
+        for blk in self._blocks:
+            if not blk.live:
+                continue
+            start = max(self.first_seq - blk.first, 0)
+            for i in range(start, len(blk.offs)):
+                if blk.offs[i] >= 0:
+                    self.first_seq = blk.first + i
+                    return
+
+    def purge(self) -> int:
+        """Remove every message (the sequence goes on); how many there were."""
+        count, old = self._count, self._blocks
+        self._blocks, self._firsts = [], []
+        try:
+            mark = self._start_block(self.last_seq + 1,
+                                     encode(PBIT | self.last_seq, self.last_ts, b"", None, b""))
+        except OSError:
+            self._blocks, self._firsts = old, [b.first for b in old]
+            raise
+        try:
+            self._make_durable(mark)  # the purge mark, before the blocks go
+        except OSError:
+            self._remove_file(mark)
+            self._blocks, self._firsts = old, [b.first for b in old]
+            raise
+        for blk in old:
+            self._remove_file(blk)
+        self.subjects.clear()
+        self._sid.clear()
+        self._names.clear()
+        self._free.clear()
+        self._first_hint.clear()
+        self._last_hint.clear()
+        self.bytes = self._count = 0
+        self.first_seq = self.last_seq + 1
+        return count
+
+    # -- limits --------------------------------------------------------------------------
+    def enforce(self, max_msgs: int, max_bytes: int, max_age: float,
+                per_subject: int, subject: str | None = None) -> None:
+        """Remove the oldest messages past the limits (-1 / 0: none)."""
+        if per_subject > 0 and subject is not None and self.subjects.get(subject, 0) > per_subject:
+            extra = self.subjects[subject] - per_subject
+            for seq in self._seqs_on(self._sid[subject], extra):
+                self.remove(seq)
+        while max_msgs > 0 and self._count > max_msgs:
+            self.remove(self.first_seq)
+        while max_bytes > 0 and self.bytes > max_bytes and self._count:
+            self.remove(self.first_seq)
+        if max_age > 0 and self._count:
+            cutoff = time.time_ns() - int(max_age * 1e9)
+            while self._count and self._ts(self.first_seq) < cutoff:
+                self.remove(self.first_seq)
+
+    def _ts(self, seq: int) -> int:
+        found = self._locate(seq)
+        assert found is not None
+        return found[0].tss[found[1]]
+
+    def _seqs_on(self, sid: int, limit: int) -> list[int]:
+        """The first `limit` sequences on a subject, oldest first."""
+        out: list[int] = []
+        start = max(self._first_hint.get(sid, self.first_seq), self.first_seq)
+        k = max(bisect_right(self._firsts, start) - 1, 0)
+        for blk in self._blocks[k:]:
+            offs, sids = blk.offs, blk.sids
+            for i in range(max(start - blk.first, 0), len(offs)):
+                if sids[i] == sid and offs[i] >= 0:
+                    out.append(blk.first + i)
+                    if len(out) == limit:
+                        self._first_hint[sid] = out[-1]
+                        return out
+        return out
+
+    # -- reading -------------------------------------------------------------------------
+    def get(self, seq: int) -> StoredMsg | None:
+        found = self._locate(seq)
+        if found is None:
+            return None
+        blk, i = found
+        buf, pos = self._read(blk, blk.offs[i], blk.lens[i])
+        msg = decode(buf, pos)
+        if msg is None or msg.seq != seq:
+            log.error("jetstream file store %s: message %d fails its checksum", self.dir, seq)
+            return None
+        return msg
+
+    def last_for(self, subject: str) -> StoredMsg | None:
+        """The last message on `subject`."""
+        sid = self._sid.get(subject)
+        if sid is None:
+            return None
+        start = min(self._last_hint.get(sid, self.last_seq), self.last_seq)
+        k = bisect_right(self._firsts, start) - 1
+        for blk in reversed(self._blocks[:k + 1]):
+            offs, sids = blk.offs, blk.sids
+            for i in range(min(start - blk.first, len(offs) - 1), -1, -1):
+                if sids[i] == sid and offs[i] >= 0:
+                    self._last_hint[sid] = blk.first + i
+                    return self.get(blk.first + i)
+        return None
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    # -- durability ----------------------------------------------------------------------
+    def sync(self) -> None:
+        """fsync what was written since the last sync (the caller's ``sync_interval``)."""
+        for index in list(self._dirty):
+            fd = self._fds.get(index)
+            if fd is not None:
+                os.fsync(fd)
+            self._dirty.discard(index)
+        if self._dir_dirty:
+            fsync_dir(self.dir)
+            self._dir_dirty = False
+
+    def close(self) -> None:
+        """Sync, then close every file."""
+        with contextlib.suppress(OSError):
+            self.sync()
+        while self._fds:
+            os.close(self._fds.popitem()[1])
+        self._rcache = None
+
+    # -- blocks and files ----------------------------------------------------------------
+    def _locate(self, seq: int) -> tuple[_Block, int] | None:
+        if seq < self.first_seq or seq > self.last_seq:
+            return None
+        k = bisect_right(self._firsts, seq) - 1
+        if k < 0:
+            return None
+        blk = self._blocks[k]
+        i = seq - blk.first
+        if i >= len(blk.offs) or blk.offs[i] < 0:
+            return None
+        return blk, i
+
+    def _block_path(self, index: int) -> Path:
+        return self.dir / f"{index}.blk"
+
+    def _start_block(self, first: int, rec: bytes) -> _Block:
+        """A new last block whose first record is `rec` (removed again if it fails)."""
+        index = self._next_index
+        blk = _Block(index, self._block_path(index), first)
+        try:
+            self._append(blk, rec)
+        except OSError:
+            self._close_fd(index)
+            with contextlib.suppress(OSError):
+                blk.path.unlink()
+            raise
+        self._next_index = index + 1
+        self._blocks.append(blk)
+        self._firsts.append(first)
+        self._dir_changed()
+        return blk
+
+    def _drop_block(self, blk: _Block) -> None:
+        k = self._blocks.index(blk)
+        del self._blocks[k], self._firsts[k]
+        self._remove_file(blk)
+
+    def _remove_file(self, blk: _Block) -> None:
+        self._close_fd(blk.index)
+        self._dirty.discard(blk.index)
+        with contextlib.suppress(FileNotFoundError):
+            blk.path.unlink()
+        self._dir_changed()
+
+    def _make_durable(self, blk: _Block) -> None:
+        """fsync a block and the directory (a file it replaces may then go)."""
+        if not self.sync_always:
+            os.fsync(self._fd(blk))
+            self._dirty.discard(blk.index)
+            fsync_dir(self.dir)
+            self._dir_dirty = False
+
+    def _dir_changed(self) -> None:
+        if self.sync_always:
+            fsync_dir(self.dir)
+        else:
+            self._dir_dirty = True
+
+    def _fd(self, blk: _Block) -> int:
+        fd = self._fds.get(blk.index)
+        if fd is not None:
+            self._fds.move_to_end(blk.index)
+            return fd
+        if len(self._fds) >= MAX_OPEN_FILES:
+            old, old_fd = self._fds.popitem(last=False)
+            if old in self._dirty:
+                os.fsync(old_fd)
+                self._dirty.discard(old)
+            os.close(old_fd)
+        fd = os.open(blk.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640)
+        self._fds[blk.index] = fd
+        return fd
+
+    def _close_fd(self, index: int) -> None:
+        fd = self._fds.pop(index, None)
+        if fd is not None:
+            os.close(fd)
+        if self._rcache is not None and self._rcache[0] == index:
+            self._rcache = None
+
+    def _append(self, blk: _Block, rec: bytes) -> int:
+        """Write a record at the end of blk; its offset. On failure, cut back and raise."""
+        fd, off = self._fd(blk), blk.end
+        try:
+            write_all(fd, rec)
+            if self.sync_always:
+                os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, off)
+            self._rcache = None
+            raise
+        blk.end = off + len(rec)
+        if not self.sync_always:
+            self._dirty.add(blk.index)
+        return off
+
+    def _read(self, blk: _Block, off: int, size: int) -> tuple[bytes, int]:
+        """A buffer holding the record at off, and its position in it."""
+        cache = self._rcache
+        if cache is not None and cache[0] == blk.index:
+            start = off - cache[1]
+            if start >= 0 and start + size <= len(cache[2]):
+                return cache[2], start
+        buf = os.pread(self._fd(blk), max(size, READ_AHEAD), off)
+        self._rcache = (blk.index, off, buf)
+        return buf, 0
+
+    def _compact(self, blk: _Block) -> None:
+        """Rewrite a block with its live messages only (a crash leaves the old or the new)."""
+        with open(blk.path, "rb") as f:
+            old = f.read()
+        tmp = blk.path.with_suffix(".tmp")
+        offs, out, pos = array("q"), bytearray(), 0
+        for off, size in zip(blk.offs, blk.lens, strict=True):
+            if off < 0:
+                offs.append(-1)
+                continue
+            out += old[off:off + size]
+            offs.append(pos)
+            pos += size
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o640)
+        try:
+            write_all(fd, out)
+            os.fsync(fd)
+        except OSError:
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+            return  # compaction only saves space: leave the block as it is
+        os.close(fd)
+        self._close_fd(blk.index)
+        self._dirty.discard(blk.index)
+        os.replace(tmp, blk.path)
+        self._dir_changed()
+        blk.offs, blk.end = offs, len(out)
+
+    # -- subjects ------------------------------------------------------------------------
+    def _intern(self, subject: str) -> int:
+        sid = self._sid.get(subject)
+        if sid is None:
+            if self._free:
+                sid = self._free.pop()
+                self._names[sid] = subject
+            else:
+                sid = len(self._names)
+                self._names.append(subject)
+            self._sid[subject] = sid
+        return sid
+
+    def _release(self, sid: int) -> None:
+        name = self._names[sid]
+        assert name is not None
+        del self._sid[name]
+        self._names[sid] = None
+        self._free.append(sid)
+        self._first_hint.pop(sid, None)
+        self._last_hint.pop(sid, None)
+
+    # -- opening -------------------------------------------------------------------------
+    def _recover(self) -> None:
+        for p in self.dir.glob("*.tmp"):
+            p.unlink()  # a compaction cut short: its block is still whole
+        found: list[tuple[_Block, _Recovered]] = []
+        for index, path in sorted(
+                (int(p.stem), p) for p in self.dir.glob("*.blk") if p.stem.isdigit()):
+            self._next_index = index + 1
+            blk, rec = self._read_block(index, path)
+            if blk.end:
+                found.append((blk, rec))
+            else:
+                path.unlink()
+        if not found:
+            return
+        purged = max(r.purged for _, r in found)
+        last = max(found, key=lambda f: f[1].last_seq)[1]
+        self.last_seq, self.last_ts = last.last_seq, last.last_ts
+        for blk, rec in found:
+            self._settle(blk, rec, purged)
+        *older, newest = (blk for blk, _ in found)
+        for blk in older:
+            if not blk.live:
+                blk.path.unlink()
+        self._blocks = [blk for blk in older if blk.live] + [newest]
+        self._firsts = [b.first for b in self._blocks]
+        self.first_seq = self._firsts[0]
+        self._advance_first()
+
+    def _settle(self, blk: _Block, rec: _Recovered, purged: int) -> None:
+        """Apply tombstones and purge marks to a block read from disk; count what is left."""
+        for i, name in enumerate(rec.names):
+            seq = blk.first + i
+            if blk.offs[i] < 0:
+                continue
+            if seq <= purged or seq in rec.tombstones:
+                blk.offs[i] = -1
+                continue
+            sid = self._intern(name)
+            blk.sids[i] = sid
+            blk.live += 1
+            blk.live_bytes += blk.lens[i]
+            self.subjects[name] = count = self.subjects.get(name, 0) + 1
+            if count == 1:
+                self._first_hint[sid] = seq
+            self._last_hint[sid] = seq
+            self.bytes += blk.lens[i]
+            self._count += 1
+
+    def _read_block(self, index: int, path: Path) -> tuple[_Block, _Recovered]:
+        buf = path.read_bytes()
+        blk, rec = _Block(index, path, 0), _Recovered()
+        pos, size = 0, len(buf)
+        while pos < size:
+            rl = self._record_at(buf, pos, path)
+            if rl is None:
+                self._truncate(path, pos, size)
+                break
+            if rl < 0:
+                pos -= rl
+                continue
+            self._take(blk, rec, buf, pos, rl)
+            pos += rl
+        blk.end = pos
+        if not blk.offs:
+            blk.first = max(rec.purged, rec.last_seq) + 1
+        return blk, rec
+
+    @staticmethod
+    def _record_at(buf: bytes, pos: int, path: Path) -> int | None:
+        """The length of a good record at pos; minus it for a bad one with more after it;
+        None where the block's good part ends."""
+        if len(buf) - pos < EMPTY_RECORD:
+            return None
+        rl = HEAD.unpack_from(buf, pos)[0] & ~HBIT
+        if rl < EMPTY_RECORD or pos + rl > len(buf):
+            return None
+        crc, rl_again = TRAIL.unpack_from(buf, pos + rl - TRAIL.size)
+        if rl_again == rl and crc32(memoryview(buf)[pos:pos + rl - TRAIL.size]) == crc:
+            return rl
+        if pos + rl == len(buf):
+            return None
+        log.error("jetstream file store %s: record at offset %d fails its checksum, skipped",
+                  path, pos)
+        return -rl
+
+    @staticmethod
+    def _truncate(path: Path, pos: int, size: int) -> None:
+        log.warning("jetstream file store %s: torn record at offset %d (%d bytes), truncated",
+                    path, pos, size - pos)
+        with open(path, "r+b") as f:
+            f.truncate(pos)
+
+    @staticmethod
+    def _take(blk: _Block, rec: _Recovered, buf: bytes, pos: int, rl: int) -> None:
+        """One good record read back into the block's index."""
+        _, seq_field, ts, slen = HEAD.unpack_from(buf, pos)
+        seq = seq_field & SEQ_MASK
+        if seq_field & TBIT:
+            rec.tombstones.add(seq)
+            return
+        if seq >= rec.last_seq:
+            rec.last_seq, rec.last_ts = seq, ts
+        if seq_field & PBIT:
+            rec.purged = max(rec.purged, seq)
+            return
+        if not blk.offs:
+            blk.first = seq
+        if seq < blk.next_seq:
+            return
+        while blk.next_seq < seq:  # a compacted or skipped record leaves a gap
+            _append_entry(blk, -1, 0, 0)
+            rec.names.append("")
+        p = pos + HEAD.size
+        rec.names.append(str(buf[p:p + slen], "utf-8", "replace"))
+        _append_entry(blk, pos, rl, ts)
+
+
+def _append_entry(blk: _Block, off: int, size: int, ts: int) -> None:
+    """An index entry read from disk, counted once tombstones are known (_settle)."""
+    blk.offs.append(off)
+    blk.lens.append(size)
+    blk.sids.append(0)
+    blk.tss.append(ts)
