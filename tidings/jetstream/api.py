@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -41,21 +42,52 @@ class JetStream:
         self.errors = 0
         self.subs: list[tuple[Account, Any]] = []
         self._timer: Any = None
+        self.config = server.options.jetstream.resolved  # type: ignore[union-attr]
+        self._last_sync = 0.0
 
     def start(self) -> None:
         self.server.accounts.watch(self._account_added)
         self._timer = self.server.loop.call_later(TICK, self._tick)
+        self._last_sync = time.monotonic()
 
     def stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        for streams in self.streams.values():
+            for stream in streams.values():
+                stream.close()
+
+    def _stream_dir(self, account: Account, name: str) -> str:
+        return os.path.join(self.config.store_dir, account.name, "streams", name)
+
+    def _recover(self, account: Account) -> None:
+        """The file streams a previous run left in the account's folder."""
+        folder = os.path.join(self.config.store_dir, account.name, "streams")
+        if not os.path.isdir(folder):
+            return
+        streams = self.streams.setdefault(account, {})
+        for name in sorted(os.listdir(folder)):
+            stream = Stream.load(os.path.join(folder, name), self.config.sync_always)
+            if stream is None:
+                log.warning("JetStream: stream folder %s has no readable configuration",
+                            os.path.join(folder, name))
+                continue
+            streams[stream.name] = stream
+            self._subscribe(account, stream)
+            log.info("  Restored %d messages for stream %s > %s", stream.store.count,
+                     account.name, stream.name)
 
     def _tick(self) -> None:
         """Expired pull requests, ack waits that passed, idle ephemeral consumers."""
         self._timer = self.server.loop.call_later(TICK, self._tick)
+        sync = time.monotonic() - self._last_sync >= self.config.sync_interval
+        if sync:
+            self._last_sync = time.monotonic()
         for account, streams in self.streams.items():
             for stream in streams.values():
+                if sync and stream.directory:
+                    stream.store.sync()
                 for consumer in list(stream.consumers.values()):
                     consumer.tick()
                     if self._inactive(account, consumer):
@@ -91,6 +123,8 @@ class JetStream:
         sub = subscribe_internal(self.server.accounts, account, b"$JS.ACK.>",
                                  lambda *a: self._ack(account, *a), routed=False)
         self.subs.append((account, sub))
+        if self.enabled_for(account):
+            self._recover(account)
 
     # -- requests ------------------------------------------------------------------------------
     def _request(self, account: Account, subject: bytes, reply: bytes | None,
@@ -171,6 +205,7 @@ class JetStream:
             if update:
                 self._unsubscribe(account, existing)
                 existing.config = config
+                existing.save_config()
                 self._subscribe(account, existing)
             return self._reply(account, reply, kind, **existing.info())
         if update:
@@ -178,7 +213,8 @@ class JetStream:
         for other in streams.values():
             if _overlap(other.config["subjects"], config["subjects"]):
                 raise errors.STREAM_SUBJECT_OVERLAP()
-        stream = streams[name] = Stream(config)
+        stream = streams[name] = Stream(config, self._stream_dir(account, name),
+                                        self.config.sync_always)
         self._subscribe(account, stream)
         return self._reply(account, reply, kind, **stream.info(), did_create=True)
 
@@ -322,6 +358,7 @@ class JetStream:
     def _remove(self, account: Account, streams: dict[str, Stream], stream: Stream) -> None:
         self._unsubscribe(account, stream)
         del streams[stream.name]
+        stream.destroy()
 
     # -- capture ------------------------------------------------------------------------------
     def _subscribe(self, account: Account, stream: Stream) -> None:

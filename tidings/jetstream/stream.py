@@ -5,6 +5,9 @@ within the duplicate window, answered with a PubAck).
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import time
 from collections import OrderedDict
 from typing import Any
@@ -107,12 +110,26 @@ def same_config(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 class Stream:
-    """One stream of an account: its configuration, messages and duplicate window."""
+    """One stream of an account: its configuration, messages and duplicate window. A file
+    stream keeps its messages and its configuration (`meta.json`) in `directory`."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], directory: str = "", sync_always: bool = False,
+                 created: int = 0) -> None:
         self.config = config
-        self.created = time.time_ns()
-        self.store = MemoryStore(config.get("first_seq") or 1)
+        self.created = created or time.time_ns()
+        self.directory = directory if config["storage"] == "file" else ""
+        self.store: Any
+        if self.directory:
+            from .filestore import FileStore, block_size_for
+
+            os.makedirs(self.directory, exist_ok=True)
+            self.store = FileStore(self.directory, config.get("first_seq") or 1,
+                                   block_size=block_size_for(config["retention"],
+                                                             config["max_bytes"]),
+                                   sync_always=sync_always)
+            self.save_config()
+        else:
+            self.store = MemoryStore(config.get("first_seq") or 1)
         self.msg_ids: OrderedDict[str, tuple[int, int]] = OrderedDict()  # id -> (seq, ts)
         self.subs: list[Any] = []  # its subscriptions in the account (api.py)
         self.consumers: dict[str, Any] = {}  # name -> consumer.Consumer
@@ -120,6 +137,37 @@ class Stream:
     @property
     def name(self) -> str:
         return str(self.config["name"])
+
+    def save_config(self) -> None:
+        """Its configuration on disk (a file stream's), written whole then renamed."""
+        if not self.directory:
+            return
+        path = os.path.join(self.directory, META_FILE)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump({"config": self.config, "created": self.created}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + ".tmp", path)
+
+    @classmethod
+    def load(cls, directory: str, sync_always: bool = False) -> Stream | None:
+        """A file stream as a previous run left it (None: no readable configuration)."""
+        try:
+            with open(os.path.join(directory, META_FILE), encoding="utf-8") as f:
+                meta = json.load(f)
+            return cls(meta["config"], directory, sync_always, int(meta.get("created") or 0))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def close(self) -> None:
+        if self.directory:
+            self.store.close()
+
+    def destroy(self) -> None:
+        """Deleted: its files go too."""
+        self.close()
+        if self.directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     # -- publishing ------------------------------------------------------------------------
     def publish(self, subject: str, headers: bytes | None, data: bytes) -> dict[str, Any]:
@@ -141,7 +189,10 @@ class Stream:
         store = self.store
         if cfg["discard"] == "new":
             self._refuse_when_full(len(subject) + len(headers or b"") + len(data))
-        msg = store.store(subject, headers, data)
+        try:
+            msg = store.store(subject, headers, data)
+        except OSError as exc:  # (a full disk: nothing was stored)
+            raise errors.STREAM_STORE_FAILED(err=str(exc)) from None
         store.enforce(cfg["max_msgs"], cfg["max_bytes"], cfg["max_age"] / NS,
                       cfg["max_msgs_per_subject"], subject)
         if msg_id:
@@ -214,6 +265,7 @@ class Stream:
 
 
 ZERO_TIME = "0001-01-01T00:00:00Z"
+META_FILE = "meta.json"
 
 
 def stored_message(msg: StoredMsg) -> dict[str, Any]:

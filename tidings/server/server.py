@@ -258,6 +258,8 @@ class Server:
         for listener in self.listeners:
             if not listener.stops_before_clients:
                 await listener.stop()
+        if self.jetstream is not None:
+            self.jetstream.stop()  # its file stores synced and closed
         self._stopped.set()
 
     async def serve_forever(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import nats
 import pytest
@@ -188,3 +189,40 @@ async def test_an_ordered_push_consumer_gets_every_message(nc: Client) -> None:
         await sub.unsubscribe()
     finally:
         await js.delete_stream("ORDERED")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_file_stream_survives_a_restart(kind: str, tmp_path: Path) -> None:
+    """A file stream's configuration and messages (a removal and a purge too) are there
+    after the server is stopped and started again on the same store directory."""
+    start = start_tidings if kind == "tidings" else start_reference
+    server = start(extra_args=["-js", "-sd", str(tmp_path)])
+    try:
+        nc = await nats.connect(server.url)
+        js = nc.jetstream()
+        await js.add_stream(name="KEPT", subjects=["kept.>"], storage=StorageType.FILE)
+        for i in range(5):
+            await js.publish("kept.x", b"m%d" % i)
+        await js.delete_msg("KEPT", 2)
+        await nc.close()
+        server.stop()
+        server.start()
+        nc = await nats.connect(server.url)
+        js = nc.jetstream()
+        info = await js.stream_info("KEPT")
+        assert info.config.subjects == ["kept.>"]
+        assert (info.state.messages, info.state.first_seq, info.state.last_seq) == (4, 1, 5)
+        assert (await js.get_msg("KEPT", 5)).data == b"m4"
+        ack = await js.publish("kept.y", b"after")
+        assert ack.seq == 6
+        await js.purge_stream("KEPT")
+        await nc.close()
+        server.stop()
+        server.start()
+        nc = await nats.connect(server.url)
+        js = nc.jetstream()
+        state = (await js.stream_info("KEPT")).state
+        assert (state.messages, state.first_seq, state.last_seq) == (0, 7, 6)
+        await nc.close()
+    finally:
+        server.stop()
