@@ -31,6 +31,7 @@ API_PREFIX = "$JS.API."
 NAMES_LIMIT = 1024
 LIST_LIMIT = 256
 TICK = 0.1  # seconds between looks at pull requests' expiry and ack waits
+SAVE_EVERY = 10  # ticks between saves of durable consumers' positions (and at shutdown)
 
 class JetStream:
     """JetStream of one server: the streams of each account, and their API."""
@@ -44,6 +45,7 @@ class JetStream:
         self._timer: Any = None
         self.config = server.options.jetstream.resolved  # type: ignore[union-attr]
         self._last_sync = 0.0
+        self._ticks = 0
 
     def start(self) -> None:
         self.server.accounts.watch(self._account_added)
@@ -75,12 +77,26 @@ class JetStream:
                 continue
             streams[stream.name] = stream
             self._subscribe(account, stream)
+            for state in stream.saved_consumers():
+                config = state.get("config") or {}
+                name = config.get("durable_name") or config.get("name")
+                if not name:
+                    continue
+                consumer = Consumer(stream, name, config, self._sender(account),
+                                    lambda subject, a=account: _listened(a, subject))
+                try:
+                    consumer.restore(state)
+                except (KeyError, TypeError, ValueError):
+                    log.warning("JetStream: consumer %s > %s: state not readable, starting "
+                                "over", stream.name, name)
+                stream.consumers[name] = consumer
             log.info("  Restored %d messages for stream %s > %s", stream.store.count,
                      account.name, stream.name)
 
     def _tick(self) -> None:
         """Expired pull requests, ack waits that passed, idle ephemeral consumers."""
         self._timer = self.server.loop.call_later(TICK, self._tick)
+        self._ticks += 1
         sync = time.monotonic() - self._last_sync >= self.config.sync_interval
         if sync:
             self._last_sync = time.monotonic()
@@ -88,6 +104,8 @@ class JetStream:
             for stream in streams.values():
                 if sync and stream.directory:
                     stream.store.sync()
+                if stream.directory and self._ticks % SAVE_EVERY == 0:
+                    stream.save_consumers(only_changed=True)
                 for consumer in list(stream.consumers.values()):
                     consumer.tick()
                     if self._inactive(account, consumer):
@@ -263,6 +281,7 @@ class JetStream:
             return self._reply(account, reply, kind, **self._consumer_info(consumer))
         if op == "CONSUMER.DELETE":
             del stream.consumers[name]
+            stream.forget_consumer(name)
             return self._reply(account, reply, kind, success=True)
         raise errors.BAD_REQUEST()
 

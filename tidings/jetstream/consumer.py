@@ -119,6 +119,7 @@ class Consumer:
         self.waiting: deque[PullRequest] = deque()
         self.last_active = 0
         self.last_sent = time.monotonic()  # a delivery or heartbeat (idle_heartbeat)
+        self.saved: dict[str, Any] | None = None  # its last snapshot on disk
 
     # -- where it starts --------------------------------------------------------------------
     def _start_seq(self) -> int:
@@ -145,11 +146,13 @@ class Consumer:
                 return msg
         seq = max(self.next_seq, store.first_seq)
         while seq <= store.last_seq:
-            msg = store.get(seq)
+            subject = store.subject_of(seq)  # (a file store reads the message only if wanted)
             seq += 1
-            if msg is not None and self.matches(msg.subject):
-                self.next_seq = seq
-                return msg
+            if subject is not None and self.matches(subject):
+                msg = store.get(seq - 1)
+                if msg is not None:
+                    self.next_seq = seq
+                    return msg
         self.next_seq = seq
         return None
 
@@ -233,13 +236,19 @@ class Consumer:
         self.send(reply, reply, None, b"NATS/1.0 " + status + b"\r\n" + extra + b"\r\n", b"")
 
     def num_pending(self) -> int:
+        """Messages from its next sequence on that it would deliver."""
         store = self.stream.store
-        if not self.filters:
-            return max(0, store.last_seq - max(self.next_seq, store.first_seq) + 1
-                       - sum(1 for s in range(max(self.next_seq, store.first_seq),
-                                              store.last_seq + 1) if s not in store.msgs))
-        return sum(1 for seq, m in store.msgs.items()
-                   if seq >= self.next_seq and self.matches(m.subject))
+        start = max(self.next_seq, store.first_seq)
+        if start > store.last_seq:
+            return 0
+        if not self.filters and start == store.first_seq:
+            return int(store.count)
+        count = 0
+        for seq in range(start, store.last_seq + 1):
+            subject = store.subject_of(seq)
+            if subject is not None and self.matches(subject):
+                count += 1
+        return count
 
     # -- pull requests ---------------------------------------------------------------------
     def request(self, reply: str, body: Any) -> None:
@@ -329,6 +338,25 @@ class Consumer:
         else:
             first_seq, first = next(iter(self.pending.items()))
             self.ack_floor = (first.cseq - 1, first_seq - 1)
+
+    # -- its state on disk (a durable consumer of a file stream) ---------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Where it is: what was delivered, acknowledged, and still waits for an ack."""
+        return {"config": self.config, "created": self.created,
+                "delivered": [self.cseq, self.dseq], "next": self.next_seq,
+                "ack_floor": list(self.ack_floor), "redelivered": self.redelivered,
+                "pending": {str(seq): [p.cseq, p.deliveries] for seq, p in self.pending.items()}}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Back to a snapshot: what was pending is delivered again after its ack wait."""
+        self.created = int(state.get("created") or self.created)
+        self.cseq, self.dseq = (int(x) for x in state["delivered"])
+        self.next_seq = int(state.get("next") or self.dseq + 1)
+        self.ack_floor = (int(state["ack_floor"][0]), int(state["ack_floor"][1]))
+        self.redelivered = int(state.get("redelivered") or 0)
+        now = time.time_ns()
+        for seq, (cseq, count) in sorted(((int(k), v) for k, v in state["pending"].items())):
+            self.pending[seq] = Pending(int(cseq), now, int(count))
 
     # -- what it says of itself ------------------------------------------------------------
     def info(self) -> dict[str, Any]:

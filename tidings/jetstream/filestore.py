@@ -401,6 +401,14 @@ class FileStore:
         self._rcache = None
 
     # -- blocks and files ----------------------------------------------------------------
+    def subject_of(self, seq: int) -> str | None:
+        """The subject of message `seq` (None: no such message), without reading it."""
+        found = self._locate(seq)
+        if found is None:
+            return None
+        blk, i = found
+        return self._names[blk.sids[i]]
+
     def _locate(self, seq: int) -> tuple[_Block, int] | None:
         if seq < self.first_seq or seq > self.last_seq:
             return None

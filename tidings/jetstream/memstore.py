@@ -103,6 +103,11 @@ class MemoryStore:
     def get(self, seq: int) -> StoredMsg | None:
         return self.msgs.get(seq)
 
+    def subject_of(self, seq: int) -> str | None:
+        """The subject of message `seq` (None: no such message)."""
+        msg = self.msgs.get(seq)
+        return msg.subject if msg is not None else None
+
     def last_for(self, subject: str) -> StoredMsg | None:
         """The last message on `subject`."""
         if subject not in self.subjects:

@@ -161,7 +161,45 @@ class Stream:
 
     def close(self) -> None:
         if self.directory:
+            self.save_consumers()
             self.store.close()
+
+    # -- durable consumers of a file stream, on disk -----------------------------------------
+    def _consumer_file(self, name: str) -> str:
+        return os.path.join(self.directory, "obs", name, "state.json")
+
+    def save_consumers(self, only_changed: bool = False) -> None:
+        """The durable consumers' positions (all, or those that changed since)."""
+        if not self.directory:
+            return
+        for consumer in self.consumers.values():
+            if not consumer.durable:
+                continue
+            state = consumer.snapshot()
+            if only_changed and state == consumer.saved:
+                continue
+            path = self._consumer_file(consumer.name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                json.dump(state, f)
+            os.replace(path + ".tmp", path)
+            consumer.saved = state
+
+    def forget_consumer(self, name: str) -> None:
+        if self.directory:
+            shutil.rmtree(os.path.dirname(self._consumer_file(name)), ignore_errors=True)
+
+    def saved_consumers(self) -> list[dict[str, Any]]:
+        """The durable consumers a previous run left."""
+        folder = os.path.join(self.directory, "obs")
+        found = []
+        for name in sorted(os.listdir(folder)) if self.directory and os.path.isdir(folder) else []:
+            try:
+                with open(self._consumer_file(name), encoding="utf-8") as f:
+                    found.append(json.load(f))
+            except (OSError, ValueError):
+                continue
+        return found
 
     def destroy(self) -> None:
         """Deleted: its files go too."""

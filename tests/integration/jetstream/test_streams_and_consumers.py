@@ -226,3 +226,31 @@ async def test_a_file_stream_survives_a_restart(kind: str, tmp_path: Path) -> No
         await nc.close()
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_durable_consumer_goes_on_where_it_was_after_a_restart(
+        kind: str, tmp_path: Path) -> None:
+    start = start_tidings if kind == "tidings" else start_reference
+    server = start(extra_args=["-js", "-sd", str(tmp_path)])
+    try:
+        nc = await nats.connect(server.url)
+        js = nc.jetstream()
+        await js.add_stream(name="WORK", subjects=["work.>"], storage=StorageType.FILE)
+        for i in range(4):
+            await js.publish("work.x", b"m%d" % i)
+        sub = await js.pull_subscribe("work.>", durable="w")
+        for msg in await sub.fetch(2, timeout=5):
+            await msg.ack_sync()
+        await nc.close()
+        server.stop()
+        server.start()
+        nc = await nats.connect(server.url)
+        js = nc.jetstream()
+        info = await js.consumer_info("WORK", "w")
+        assert (info.ack_floor.stream_seq, info.num_pending) == (2, 2)
+        sub = await js.pull_subscribe("work.>", durable="w")
+        assert [m.data for m in await sub.fetch(2, timeout=5)] == [b"m2", b"m3"]
+        await nc.close()
+    finally:
+        server.stop()
