@@ -153,6 +153,8 @@ class JetStream:
         name = subject.decode(errors="replace")[len(API_PREFIX):]
         tokens = name.split(".")
         kind = _type_of(tokens)
+        if tokens[:2] == ["DIRECT", "GET"] and len(tokens) >= 3:
+            return self._direct_get(account, tokens, payload, reply)
         if not self.enabled_for(account):
             return self._reply(account, reply, kind, error=errors.NOT_ENABLED_FOR_ACCOUNT())
         try:
@@ -374,6 +376,48 @@ class JetStream:
         elif reply:
             publish_internal(self.server, account, reply, b"")  # (a double ack's answer)
 
+    def _direct_get(self, account: Account, tokens: list[str], payload: bytes,
+                    reply: bytes) -> None:
+        """`$JS.API.DIRECT.GET.<stream>` (`{"seq"}`, `{"last_by_subj"}`, `{"next_by_subj",
+        "seq"}`) and `$JS.API.DIRECT.GET.<stream>.<subject>` (its last message): the message
+        itself with the reference's Nats-Stream/-Subject/-Sequence/-Time-Stamp headers, or a
+        404 status. A stream without allow_direct does not answer (as the reference has no
+        subscription for it)."""
+        stream = self.streams.get(account, {}).get(tokens[2]) if self.enabled_for(account) \
+            else None
+        if stream is None or not stream.config.get("allow_direct"):
+            return
+        store = stream.store
+        msg = None
+        if len(tokens) > 3:
+            msg = store.last_for(".".join(tokens[3:]))
+        else:
+            try:
+                body = json.loads(payload) if payload.strip() else {}
+            except ValueError:
+                body = None
+            if not isinstance(body, dict):
+                return self._send_status(account, reply, b"408 Bad Request")
+            seq, last, after = body.get("seq"), body.get("last_by_subj"), body.get("next_by_subj")
+            if isinstance(after, str):
+                msg = _next_for(store, after, int(seq or 0))
+            elif isinstance(last, str):
+                msg = store.last_for(last)
+            elif isinstance(seq, int):
+                msg = store.get(seq)
+        if msg is None:
+            return self._send_status(account, reply, b"404 Message Not Found")
+        from ..server.msgtrace import go_time
+
+        lines = (f"Nats-Stream: {stream.name}\r\nNats-Subject: {msg.subject}\r\n"
+                 f"Nats-Sequence: {msg.seq}\r\nNats-Time-Stamp: "
+                 f"{go_time(msg.ts, utc=True)}\r\n\r\n").encode()
+        headers = (msg.headers[:-2] if msg.headers else b"NATS/1.0\r\n") + lines
+        publish_internal(self.server, account, reply, msg.data, headers)
+
+    def _send_status(self, account: Account, reply: bytes, status: bytes) -> None:
+        publish_internal(self.server, account, reply, b"", b"NATS/1.0 " + status + b"\r\n\r\n")
+
     def _remove(self, account: Account, streams: dict[str, Stream], stream: Stream) -> None:
         self._unsubscribe(account, stream)
         del streams[stream.name]
@@ -462,6 +506,17 @@ def _type_of(tokens: list[str]) -> str:
     if tokens[:3] == ["STREAM", "MSG", "DELETE"]:
         return "io.nats.jetstream.api.v1.stream_msg_delete_response"
     return "io.nats.jetstream.api.v1." + names.get(key, "api_response")
+
+
+def _next_for(store: Any, subject: str, seq: int) -> Any:
+    """The first message on `subject` (a filter) from sequence `seq` on."""
+    from ..protocol.subjects import subject_matches
+
+    for n in range(max(seq, store.first_seq), store.last_seq + 1):
+        found = store.subject_of(n)
+        if found is not None and subject_matches(subject, found):
+            return store.get(n)
+    return None
 
 
 def _listened(account: Account, subject: str) -> bool:

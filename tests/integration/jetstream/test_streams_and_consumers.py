@@ -254,3 +254,31 @@ async def test_a_durable_consumer_goes_on_where_it_was_after_a_restart(
         await nc.close()
     finally:
         server.stop()
+
+
+async def test_direct_gets(nc: Client) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="DIRECT", subjects=["dk.>"], storage=StorageType.MEMORY,
+                        allow_direct=True)
+    try:
+        await js.publish("dk.a", b"1", headers={"X-Mine": "yes"})
+        await js.publish("dk.b", b"2")
+        await js.publish("dk.a", b"3")
+        last = await nc.request("$JS.API.DIRECT.GET.DIRECT", b'{"last_by_subj":"dk.a"}',
+                                timeout=5)
+        assert last.data == b"3" and last.headers is not None
+        assert (last.headers["Nats-Stream"], last.headers["Nats-Subject"],
+                last.headers["Nats-Sequence"]) == ("DIRECT", "dk.a", "3")
+        first = await nc.request("$JS.API.DIRECT.GET.DIRECT", b'{"seq":1}', timeout=5)
+        assert first.data == b"1" and first.headers["X-Mine"] == "yes"
+        by_subject = await nc.request("$JS.API.DIRECT.GET.DIRECT.dk.b", b"", timeout=5)
+        assert by_subject.data == b"2"
+        nxt = await nc.request("$JS.API.DIRECT.GET.DIRECT", b'{"next_by_subj":"dk.a","seq":2}',
+                               timeout=5)
+        assert nxt.headers["Nats-Sequence"] == "3"
+        missing = await nc.request("$JS.API.DIRECT.GET.DIRECT", b'{"seq":99}', timeout=5)
+        assert missing.headers[nats.js.api.Header.STATUS] == "404"
+        msg = await js.get_msg("DIRECT", 2, direct=True)
+        assert (msg.subject, msg.data) == ("dk.b", b"2")
+    finally:
+        await js.delete_stream("DIRECT")
