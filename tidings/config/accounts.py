@@ -30,7 +30,7 @@ expected instead of Go's panic text.
 
 Keys the reference takes and tidings does not build yet are refused by name: `mappings`
 (`maps`), `msg_trace` (`trace_dest`) in an account, `account_token_position` in an export,
-and `jetstream` in an account unless it is off (`disabled`, `false`), which is taken and
+and `jetstream` limits in an account (on and off are taken: `enabled`, `disabled`), which are
 ignored.
 """
 
@@ -130,6 +130,7 @@ class AccountConfig:
     imports: list[StreamImport | ServiceImport] = field(default_factory=list)
     limits: AccountLimits = AccountLimits()
     default_permissions: Permissions | None = None
+    jetstream: bool = False  # `jetstream: enabled` (its limits are not built yet)
 
 
 # -- errors --------------------------------------------------------------------------------
@@ -264,7 +265,7 @@ def _account(block: Section, name: str, value: Any, changes: dict[str, Any],
         elif lower == "exports":
             account.exports = _exports(value, key, item)
         elif lower == "jetstream":
-            _jetstream(value, key, item)
+            account.jetstream = _jetstream(value, key, item)
         elif lower == "users":
             users_key, users = key, parse_users(value, key, item, set())
         elif lower == "default_permissions":
@@ -302,18 +303,19 @@ def _add_users(block: Section, key: str, users: list[Any], account: AccountConfi
                                   permissions=user.permissions or account.default_permissions))
 
 
-def _jetstream(block: Section, key: str, value: Any) -> None:
-    """JetStream in an account: taken when off, refused by name when on."""
-    if value is False:
-        return
+def _jetstream(block: Section, key: str, value: Any) -> bool:
+    """JetStream in an account: on or off; its limits (a map) are refused by name."""
+    if isinstance(value, bool):
+        return value
     if isinstance(value, str):
         word = value.lower()
         if word in ("disabled", "disable"):
-            return
-        if word not in ("enabled", "enable"):
-            raise _at(block.where(key),
-                      f"Expected 'enabled' or 'disabled' for string value, got '{value}'")
-    raise _not_yet(block, key, "JetStream in an account is")
+            return False
+        if word in ("enabled", "enable"):
+            return True
+        raise _at(block.where(key),
+                  f"Expected 'enabled' or 'disabled' for string value, got '{value}'")
+    raise _not_yet(block, key, "JetStream limits of an account are")
 
 
 def _limits(block: Section, key: str, value: Any) -> AccountLimits:

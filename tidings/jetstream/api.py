@@ -127,10 +127,12 @@ class JetStream:
         return time.time_ns() - last > threshold
 
     def enabled_for(self, account: Account) -> bool:
-        """JetStream is the global account's without accounts; not yet in configured ones
-        (an account's `jetstream` block is refused by name until then)."""
+        """JetStream is the global account's without accounts; with accounts, those whose
+        configuration says `jetstream: enabled`."""
         accounts = self.server.accounts
-        return account is accounts.global_account and not accounts.configured
+        if account is accounts.global_account:
+            return not accounts.configured
+        return account.config is not None and account.config.jetstream
 
     def _account_added(self, account: Account) -> None:
         if account.system:

@@ -282,3 +282,35 @@ async def test_direct_gets(nc: Client) -> None:
         assert (msg.subject, msg.data) == ("dk.b", b"2")
     finally:
         await js.delete_stream("DIRECT")
+
+
+ACCOUNTS = """
+jetstream {{ store_dir: "{dir}" }}
+accounts {{
+  A: {{ jetstream: enabled, users: [{{user: a, password: a}}] }}
+  B: {{ users: [{{user: b, password: b}}] }}
+}}
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_jetstream_in_the_accounts_that_enable_it(kind: str, tmp_path: Path) -> None:
+    from tests.harness import start_configured
+
+    server = start_configured(kind, ACCOUNTS.format(dir=tmp_path))
+    host = server.url.removeprefix("nats://")
+    try:
+        a = await nats.connect(f"nats://a:a@{host}")
+        b = await nats.connect(f"nats://b:b@{host}")
+        js = a.jetstream()
+        await js.add_stream(name="MINE", subjects=["mine.>"], storage=StorageType.FILE)
+        assert (await js.publish("mine.x", b"1")).seq == 1
+        reply = await b.request("$JS.API.INFO", b"", timeout=5)
+        assert json.loads(reply.data)["error"] == {
+            "code": 503, "err_code": 10039, "description": "JetStream not enabled for account"}
+        with pytest.raises(nats.errors.NoRespondersError):
+            await b.request("mine.x", b"not A's stream", timeout=2)
+        await a.close()
+        await b.close()
+    finally:
+        server.stop()

@@ -160,12 +160,15 @@ def test_no_auth_user_must_be_a_user_of_some_account_or_the_block() -> None:
         check_no_auth_user(auth)
 
 
-def test_jetstream_off_is_taken_on_is_refused_by_name() -> None:
+def test_jetstream_on_and_off_are_taken_its_limits_refused_by_name() -> None:
     for off in ("disabled", "false", "disable"):
-        assert options(f"accounts {{ A: {{ jetstream: {off} }} }}\n").auth.accounts["A"]
-    for on in ("enabled", "true", "{max_mem: 1G}"):
-        assert error(f"accounts {{ A: {{ jetstream: {on} }} }}\n") == (
-            'f.conf:1:16: "jetstream": JetStream in an account is not supported by tidings yet')
+        assert not options(f"accounts {{ A: {{ jetstream: {off} }} }}\n").auth.accounts[
+            "A"].jetstream
+    for on in ("enabled", "true", "enable"):
+        assert options(f"accounts {{ A: {{ jetstream: {on} }} }}\n").auth.accounts["A"].jetstream
+    assert error("accounts { A: { jetstream: {max_mem: 1G} } }\n") == (
+        'f.conf:1:16: "jetstream": JetStream limits of an account are not supported by '
+        "tidings yet")
 
 
 @pytest.mark.parametrize(("text", "message"), [
