@@ -207,6 +207,7 @@ class Consumer:
                 self.pending[msg.seq] = Pending(cseq, time.time_ns(), 1)
             else:
                 self.ack_floor = (cseq, msg.seq)
+                self.stream.acked(msg.seq)
         self.dseq = max(self.dseq, msg.seq)
         self.last_active = time.time_ns()
         ack = (f"$JS.ACK.{self.stream.name}.{self.name}.{count}.{msg.seq}.{cseq}."
@@ -338,6 +339,14 @@ class Consumer:
         else:
             first_seq, first = next(iter(self.pending.items()))
             self.ack_floor = (first.cseq - 1, first_seq - 1)
+        self.stream.acked(seq)
+
+    def has_acked(self, seq: int, subject: str) -> bool:
+        """Whether this consumer is done with message `seq` (delivered and acknowledged,
+        or not one it delivers)."""
+        if not self.matches(subject):
+            return True
+        return seq < self.next_seq and seq not in self.pending
 
     # -- its state on disk (a durable consumer of a file stream) ---------------------------------
     def snapshot(self) -> dict[str, Any]:

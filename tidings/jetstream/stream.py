@@ -235,7 +235,23 @@ class Stream:
                       cfg["max_msgs_per_subject"], subject)
         if msg_id:
             self.msg_ids[msg_id] = (msg.seq, msg.ts)
+        if cfg["retention"] == "interest" and not any(
+                c.matches(subject) for c in self.consumers.values()):
+            store.remove(msg.seq)  # nobody is interested: not kept (as the reference)
         return {"stream": self.name, "seq": msg.seq}
+
+    def acked(self, seq: int) -> None:
+        """A consumer is done with message `seq`: a work queue forgets it; an interest
+        stream once every consumer interested in it is done."""
+        retention = self.config["retention"]
+        if retention == "limits":
+            return
+        subject = self.store.subject_of(seq)
+        if subject is None:
+            return
+        if retention == "workqueue" or all(c.has_acked(seq, subject)
+                                           for c in self.consumers.values()):
+            self.store.remove(seq)
 
     def _refuse_when_full(self, size: int) -> None:
         cfg, store = self.config, self.store

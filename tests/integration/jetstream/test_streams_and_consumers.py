@@ -314,3 +314,34 @@ async def test_jetstream_in_the_accounts_that_enable_it(kind: str, tmp_path: Pat
         await b.close()
     finally:
         server.stop()
+
+
+async def test_work_queue_and_interest_retention(nc: Client) -> None:
+    from nats.js.api import RetentionPolicy
+
+    js = nc.jetstream()
+    await js.add_stream(name="WQ", subjects=["wq.>"], storage=StorageType.MEMORY,
+                        retention=RetentionPolicy.WORK_QUEUE)
+    await js.add_stream(name="INT", subjects=["int.>"], storage=StorageType.MEMORY,
+                        retention=RetentionPolicy.INTEREST)
+    try:
+        for i in range(3):
+            await js.publish("wq.x", b"%d" % i)
+        await js.publish("int.x", b"before any consumer")
+        assert (await js.stream_info("INT")).state.messages == 0
+        work = await js.pull_subscribe("wq.>", durable="w")
+        for msg in await work.fetch(2, timeout=5):
+            await msg.ack_sync()
+        assert (await js.stream_info("WQ")).state.messages == 1
+        one = await js.pull_subscribe("int.>", durable="one")
+        two = await js.pull_subscribe("int.>", durable="two")
+        await js.publish("int.x", b"for both")
+        (first,) = await one.fetch(1, timeout=5)
+        await first.ack_sync()
+        assert (await js.stream_info("INT")).state.messages == 1
+        (second,) = await two.fetch(1, timeout=5)
+        await second.ack_sync()
+        assert (await js.stream_info("INT")).state.messages == 0
+    finally:
+        await js.delete_stream("WQ")
+        await js.delete_stream("INT")
