@@ -204,7 +204,11 @@ class JetStream:
         if op == "STREAM.PURGE":
             if stream.config.get("deny_purge"):
                 raise errors.STREAM_PURGE_FAILED(err="stream purge not permitted")
-            purged = stream.store.purge()
+            opts = body if isinstance(body, dict) else {}
+            if opts.get("seq") and opts.get("keep"):
+                raise errors.BAD_REQUEST()
+            purged = stream.purge(opts.get("filter") or None, int(opts.get("seq") or 0),
+                                  int(opts.get("keep") or 0))
             return self._reply(account, reply, kind, success=True, purged=purged)
         if op == "STREAM.MSG.GET":
             return self._get(account, stream, body, reply, kind)

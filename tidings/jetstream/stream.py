@@ -222,8 +222,15 @@ class Stream:
         max_size = cfg["max_msg_size"]
         if max_size > 0 and len(data) + len(headers or b"") > max_size:
             raise errors.STREAM_MESSAGE_EXCEEDS_MAXIMUM()
+        rollup = None
         if headers:
             self._check_expected(subject, headers)
+            rollup = _header(headers, "Nats-Rollup")
+            if rollup is not None:
+                if not cfg.get("allow_rollup_hdrs"):
+                    raise errors.STREAM_ROLLUP_FAILED(err="rollup not permitted")
+                if rollup not in ("sub", "all"):
+                    raise errors.STREAM_ROLLUP_FAILED(err=f'rollup value invalid: "{rollup}"')
         store = self.store
         if cfg["discard"] == "new":
             self._refuse_when_full(len(subject) + len(headers or b"") + len(data))
@@ -235,10 +242,31 @@ class Stream:
                       cfg["max_msgs_per_subject"], subject)
         if msg_id:
             self.msg_ids[msg_id] = (msg.seq, msg.ts)
+        if rollup is not None:  # only this message stays (of its subject, or of all)
+            self.purge(subject if rollup == "sub" else None, msg.seq, 0)
         if cfg["retention"] == "interest" and not any(
                 c.matches(subject) for c in self.consumers.values()):
             store.remove(msg.seq)  # nobody is interested: not kept (as the reference)
         return {"stream": self.name, "seq": msg.seq}
+
+    def purge(self, subject: str | None = None, upto: int = 0, keep: int = 0) -> int:
+        """Remove messages (on `subject`, a filter, if given): those before sequence `upto`,
+        or all but the last `keep`; how many went. A plain purge keeps the sequence."""
+        store = self.store
+        if subject is None and not upto and not keep:
+            return int(store.purge())
+        from ..protocol.subjects import subject_matches
+
+        chosen = [seq for seq in range(store.first_seq, store.last_seq + 1)
+                  if (found := store.subject_of(seq)) is not None
+                  and (subject is None or subject_matches(subject, found))]
+        if upto:
+            chosen = [seq for seq in chosen if seq < upto]
+        elif keep:
+            chosen = chosen[:-keep] if keep < len(chosen) else []
+        for seq in chosen:
+            store.remove(seq)
+        return len(chosen)
 
     def acked(self, seq: int) -> None:
         """A consumer is done with message `seq`: a work queue forgets it; an interest

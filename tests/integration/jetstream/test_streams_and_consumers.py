@@ -345,3 +345,28 @@ async def test_work_queue_and_interest_retention(nc: Client) -> None:
     finally:
         await js.delete_stream("WQ")
         await js.delete_stream("INT")
+
+
+async def test_rollups_and_purges_of_a_subject(nc: Client) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="ROLL", subjects=["roll.>"], storage=StorageType.MEMORY,
+                        allow_rollup_hdrs=True)
+    await js.add_stream(name="NOROLL", subjects=["noroll"], storage=StorageType.MEMORY)
+    try:
+        for i in range(3):
+            await js.publish("roll.a", b"a%d" % i)
+            await js.publish("roll.b", b"b%d" % i)
+        await js.publish("roll.a", b"a-last", headers={"Nats-Rollup": "sub"})
+        state = (await js.stream_info("ROLL")).state
+        assert (state.messages, state.last_seq) == (4, 7)
+        assert await js.purge_stream("ROLL", subject="roll.b", keep=1)
+        assert (await js.stream_info("ROLL")).state.messages == 2
+        await js.publish("roll.c", b"all", headers={"Nats-Rollup": "all"})
+        assert (await js.stream_info("ROLL")).state.messages == 1
+        with pytest.raises(APIError) as refused:
+            await js.publish("noroll", b"x", headers={"Nats-Rollup": "sub"})
+        assert (refused.value.err_code, refused.value.description) == (
+            10111, "rollup not permitted")
+    finally:
+        await js.delete_stream("ROLL")
+        await js.delete_stream("NOROLL")
