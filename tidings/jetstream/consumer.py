@@ -111,6 +111,7 @@ class Consumer:
                         else list(config.get("filter_subjects") or []))
         self.cseq = 0  # consumer sequence of the last delivery
         self.dseq = 0  # stream sequence of the last delivery
+        self.initial: deque[int] = deque()  # last_per_subject: those first, in order
         self.next_seq = self._start_seq()
         self.pending: OrderedDict[int, Pending] = OrderedDict()  # stream seq -> Pending
         self.redeliver: deque[int] = deque()
@@ -131,7 +132,23 @@ class Consumer:
             return max(store.last_seq, store.first_seq)
         if policy == "by_start_sequence":
             return max(int(cfg.get("opt_start_seq") or 1), store.first_seq)
+        if policy == "last_per_subject":
+            lasts = (store.last_for(subject) for subject in list(store.subjects)
+                     if self.matches(subject))
+            self.initial = deque(sorted(m.seq for m in lasts if m is not None))
+            return store.last_seq + 1
+        if policy == "by_start_time":
+            return self._seq_at(_parse_time(str(cfg.get("opt_start_time") or "")))
         return store.first_seq
+
+    def _seq_at(self, ns: int) -> int:
+        """The first sequence stored at or after `ns` (after the last if none)."""
+        store = self.stream.store
+        for seq in range(store.first_seq, store.last_seq + 1):
+            msg = store.get(seq)
+            if msg is not None and msg.ts >= ns:
+                return seq
+        return store.last_seq + 1
 
     # -- deliveries ------------------------------------------------------------------------
     def matches(self, subject: str) -> bool:
@@ -143,6 +160,10 @@ class Consumer:
             seq = self.redeliver.popleft()
             msg = store.get(seq)
             if msg is not None and seq in self.pending:
+                return msg
+        while self.initial:
+            msg = store.get(self.initial.popleft())
+            if msg is not None:
                 return msg
         seq = max(self.next_seq, store.first_seq)
         while seq <= store.last_seq:
@@ -382,6 +403,27 @@ class Consumer:
             "num_ack_pending": len(self.pending), "num_redelivered": self.redelivered,
             "num_waiting": len(self.waiting), "num_pending": self.num_pending(),
         }
+
+
+def _parse_time(text: str) -> int:
+    """An RFC 3339 time (nanoseconds kept) as nanoseconds since the epoch; 0 if unreadable."""
+    from datetime import datetime
+
+    if not text:
+        return 0
+    frac = 0
+    main = text
+    if "." in text:
+        main, rest = text.split(".", 1)
+        digits = "".join(c for c in rest if c.isdigit())
+        zone = rest[len(digits):]
+        frac = int((digits + "000000000")[:9])
+        main += zone
+    try:
+        moment = datetime.fromisoformat(main.replace("Z", "+00:00"))
+    except ValueError:
+        return 0
+    return int(moment.timestamp()) * NS + frac
 
 
 def ephemeral_name() -> str:

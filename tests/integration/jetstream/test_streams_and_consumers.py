@@ -370,3 +370,26 @@ async def test_rollups_and_purges_of_a_subject(nc: Client) -> None:
     finally:
         await js.delete_stream("ROLL")
         await js.delete_stream("NOROLL")
+
+
+async def test_deliver_last_per_subject_and_by_start_time(nc: Client) -> None:
+    from nats.js.api import ConsumerConfig, DeliverPolicy
+
+    js = nc.jetstream()
+    await js.add_stream(name="LPS", subjects=["lps.>"], storage=StorageType.MEMORY)
+    try:
+        for key, value in (("a", b"1"), ("b", b"2"), ("a", b"3"), ("c", b"4"), ("b", b"5")):
+            await js.publish(f"lps.{key}", value)
+        sub = await js.pull_subscribe("lps.>", durable="last", config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT))
+        got = [(m.subject, m.data) for m in await sub.fetch(3, timeout=5)]
+        assert got == [("lps.a", b"3"), ("lps.c", b"4"), ("lps.b", b"5")]
+        await js.publish("lps.a", b"6")
+        assert [m.data for m in await sub.fetch(1, timeout=5)] == [b"6"]
+        info = await nc.request("$JS.API.STREAM.MSG.GET.LPS", b'{"seq":3}', timeout=5)
+        when = json.loads(info.data)["message"]["time"]
+        by_time = await js.pull_subscribe("lps.>", durable="time", config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=when))
+        assert [m.data for m in await by_time.fetch(4, timeout=5)] == [b"3", b"4", b"5", b"6"]
+    finally:
+        await js.delete_stream("LPS")
