@@ -328,6 +328,9 @@ class JetStream:
             return self._reply(account, reply, kind, **self._consumer_info(existing))
         if body.get("action") == "update":
             raise errors.CONSUMER_DOES_NOT_EXIST()
+        limit = stream.config.get("max_consumers", -1)
+        if limit > 0 and len(stream.consumers) >= limit:
+            raise errors.MAXIMUM_CONSUMERS_LIMIT()
         consumer = Consumer(stream, name, config, self._sender(account),
                             lambda subject: _listened(account, subject))
         stream.consumers[name] = consumer

@@ -311,11 +311,14 @@ class Consumer:
     def tick(self) -> None:
         """Requests that expired, and messages whose ack wait passed (redelivered)."""
         wait = self.config.get("ack_wait")
+        backoff = self.config.get("backoff") or []
         if wait:
             now = time.time_ns()
             max_deliver = self.config.get("max_deliver", -1)
             for seq, entry in list(self.pending.items()):
-                if entry.ts + wait <= now and seq not in self.redeliver:
+                # With backoff, the n-th redelivery waits backoff[n-1] (its last one after).
+                due = backoff[min(entry.deliveries, len(backoff)) - 1] if backoff else wait
+                if entry.ts + due <= now and seq not in self.redeliver:
                     if max_deliver > 0 and entry.deliveries >= max_deliver:
                         continue
                     entry.ts = now
@@ -400,7 +403,9 @@ class Consumer:
             "created": go_time(self.created, utc=True), "config": self.config,
             "delivered": delivered,
             "ack_floor": {"consumer_seq": self.ack_floor[0], "stream_seq": self.ack_floor[1]},
-            "num_ack_pending": len(self.pending), "num_redelivered": self.redelivered,
+            "num_ack_pending": len(self.pending),
+            # (the reference's: pending messages delivered more than once)
+            "num_redelivered": sum(1 for p in self.pending.values() if p.deliveries > 1),
             "num_waiting": len(self.waiting), "num_pending": self.num_pending(),
         }
 

@@ -393,3 +393,26 @@ async def test_deliver_last_per_subject_and_by_start_time(nc: Client) -> None:
         assert [m.data for m in await by_time.fetch(4, timeout=5)] == [b"3", b"4", b"5", b"6"]
     finally:
         await js.delete_stream("LPS")
+
+
+async def test_max_consumers_and_a_nak_redelivers(nc: Client) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="LIMITED", subjects=["limited"], storage=StorageType.MEMORY,
+                        max_consumers=1)
+    try:
+        await js.publish("limited", b"x")
+        sub = await js.pull_subscribe("limited", durable="only")
+        with pytest.raises(BadRequestError) as refused:
+            await js.pull_subscribe("limited", durable="second")
+        assert refused.value.err_code == 10026
+        (msg,) = await sub.fetch(1, timeout=5)
+        await msg.nak()
+        (again,) = await sub.fetch(1, timeout=5)
+        assert again.data == b"x" and again.metadata.num_delivered == 2
+        info = await js.consumer_info("LIMITED", "only")
+        assert (info.num_redelivered, info.num_ack_pending) == (1, 1)
+        await again.ack_sync()
+        info = await js.consumer_info("LIMITED", "only")
+        assert (info.num_redelivered, info.num_ack_pending) == (0, 0)
+    finally:
+        await js.delete_stream("LIMITED")
