@@ -181,12 +181,14 @@ class JetStream:
             wanted = body.get("subject") if isinstance(body, dict) else None
             names = sorted(n for n, st in streams.items()
                            if not wanted or _overlap(st.config["subjects"], [wanted]))
-            return self._reply(account, reply, kind, total=len(names), offset=0,
-                               limit=NAMES_LIMIT, streams=names or None)
+            offset, page = _page(body, names, NAMES_LIMIT)
+            return self._reply(account, reply, kind, total=len(names), offset=offset,
+                               limit=NAMES_LIMIT, streams=page or None)
         if op == "STREAM.LIST":
-            infos = [streams[n].info() for n in sorted(streams)]
-            return self._reply(account, reply, kind, total=len(infos), offset=0,
-                               limit=LIST_LIMIT, streams=infos)
+            names = sorted(streams)
+            offset, page = _page(body, names, LIST_LIMIT)
+            return self._reply(account, reply, kind, total=len(names), offset=offset,
+                               limit=LIST_LIMIT, streams=[streams[n].info() for n in page])
         if not name:
             raise errors.BAD_REQUEST()
         if op in ("STREAM.CREATE", "STREAM.UPDATE"):
@@ -273,12 +275,15 @@ class JetStream:
             raise errors.STREAM_NOT_FOUND()
         if op == "CONSUMER.NAMES":
             names = sorted(stream.consumers)
-            return self._reply(account, reply, kind, total=len(names), offset=0,
-                               limit=NAMES_LIMIT, consumers=names)
+            offset, page = _page(body, names, NAMES_LIMIT)
+            return self._reply(account, reply, kind, total=len(names), offset=offset,
+                               limit=NAMES_LIMIT, consumers=page)
         if op == "CONSUMER.LIST":
-            infos = [self._consumer_info(stream.consumers[n]) for n in sorted(stream.consumers)]
-            return self._reply(account, reply, kind, total=len(infos), offset=0,
-                               limit=LIST_LIMIT, consumers=infos)
+            names = sorted(stream.consumers)
+            offset, page = _page(body, names, LIST_LIMIT)
+            return self._reply(account, reply, kind, total=len(names), offset=offset,
+                               limit=LIST_LIMIT,
+                               consumers=[self._consumer_info(stream.consumers[n]) for n in page])
         if op in ("CONSUMER.CREATE", "CONSUMER.DURABLE"):
             return self._create_consumer(account, stream, op, tokens, body, reply, kind)
         name = tokens[3] if len(tokens) > 3 else ""
@@ -395,7 +400,8 @@ class JetStream:
         stream = self.streams.get(account, {}).get(tokens[2]) if self.enabled_for(account) \
             else None
         if stream is None or not stream.config.get("allow_direct"):
-            return
+            # The reference has no subscription there: the requester hears "no responders".
+            return self._send_status(account, reply, b"503")
         store = stream.store
         msg = None
         if len(tokens) > 3:
@@ -515,6 +521,13 @@ def _type_of(tokens: list[str]) -> str:
     if tokens[:3] == ["STREAM", "MSG", "DELETE"]:
         return "io.nats.jetstream.api.v1.stream_msg_delete_response"
     return "io.nats.jetstream.api.v1." + names.get(key, "api_response")
+
+
+def _page(body: Any, names: list[str], limit: int) -> tuple[int, list[str]]:
+    """The page a list request's `offset` asks for."""
+    offset = body.get("offset") if isinstance(body, dict) else 0
+    offset = offset if isinstance(offset, int) and offset > 0 else 0
+    return offset, names[offset:offset + limit]
 
 
 def _next_for(store: Any, subject: str, seq: int) -> Any:

@@ -416,3 +416,21 @@ async def test_max_consumers_and_a_nak_redelivers(nc: Client) -> None:
         assert (info.num_redelivered, info.num_ack_pending) == (0, 0)
     finally:
         await js.delete_stream("LIMITED")
+
+
+async def test_lists_are_paged_and_a_direct_get_needs_allow_direct(nc: Client) -> None:
+    js = nc.jetstream()
+    names = [f"PAGE_{i:03d}" for i in range(260)]
+    for name in names:
+        await js.add_stream(name=name, subjects=[f"page.{name}"], storage=StorageType.MEMORY)
+    try:
+        first = json.loads((await nc.request("$JS.API.STREAM.LIST", b"", timeout=10)).data)
+        rest = json.loads((await nc.request("$JS.API.STREAM.LIST", b'{"offset":256}',
+                                            timeout=10)).data)
+        assert (first["total"], first["limit"], len(first["streams"])) == (260, 256, 256)
+        assert (rest["offset"], len(rest["streams"])) == (256, 4)
+        with pytest.raises(nats.errors.NoRespondersError):
+            await nc.request("$JS.API.DIRECT.GET.PAGE_000", b'{"seq":1}', timeout=5)
+    finally:
+        for name in names:
+            await js.delete_stream(name)
