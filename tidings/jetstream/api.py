@@ -270,7 +270,8 @@ class JetStream:
             if consumer is not None:  # (a pull for no consumer: the reference says nothing)
                 consumer.request(reply.decode(), body)
             return None
-        stream = streams.get(tokens[2]) if len(tokens) > 2 else None
+        at = 3 if op == "CONSUMER.DURABLE" else 2  # (CONSUMER.DURABLE.CREATE.<stream>...)
+        stream = streams.get(tokens[at]) if len(tokens) > at else None
         if stream is None:
             raise errors.STREAM_NOT_FOUND()
         if op == "CONSUMER.NAMES":

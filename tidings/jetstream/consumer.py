@@ -93,6 +93,8 @@ class PullRequest:
     expires: float  # monotonic deadline; 0: none
     no_wait: bool
     max_bytes: int
+    heartbeat: float = 0.0  # seconds between idle heartbeats while it waits; 0: none
+    last_sent: float = 0.0  # monotonic
 
 
 class Consumer:
@@ -243,7 +245,13 @@ class Consumer:
         self.last_sent = time.monotonic()
 
     def heartbeat(self) -> None:
-        """A push consumer's idle heartbeat, when nothing was sent for `idle_heartbeat`."""
+        """Idle heartbeats: to each waiting pull request that asked for them, and a push
+        consumer's when nothing was sent for `idle_heartbeat`."""
+        now = time.monotonic()
+        for request in self.waiting:
+            if request.heartbeat and now - request.last_sent >= request.heartbeat:
+                request.last_sent = now
+                self._status(request.reply, b"100 Idle Heartbeat")
         target = self.config.get("deliver_subject")
         every = self.config.get("idle_heartbeat")
         if not target or not every or time.monotonic() - self.last_sent < every / NS:
@@ -275,7 +283,7 @@ class Consumer:
     # -- pull requests ---------------------------------------------------------------------
     def request(self, reply: str, body: Any) -> None:
         """A CONSUMER.MSG.NEXT with its options (a number, a JSON object or nothing)."""
-        batch, expires, no_wait, max_bytes = 1, 0, False, 0
+        batch, expires, no_wait, max_bytes, heartbeat = 1, 0, False, 0, 0
         if isinstance(body, int) and not isinstance(body, bool):
             batch = body
         elif isinstance(body, dict):
@@ -283,8 +291,12 @@ class Consumer:
             expires = int(body.get("expires") or 0)
             no_wait = bool(body.get("no_wait"))
             max_bytes = int(body.get("max_bytes") or 0)
-        deadline = time.monotonic() + expires / NS if expires else 0.0
-        self.waiting.append(PullRequest(reply, max(1, batch), deadline, no_wait, max_bytes))
+            heartbeat = int(body.get("idle_heartbeat") or 0)
+        now = time.monotonic()
+        deadline = now + expires / NS if expires else 0.0
+        self.waiting.append(PullRequest(reply, max(1, batch), deadline, no_wait, max_bytes,
+                                        heartbeat / NS, now))
+        self.last_active = time.time_ns()
         self.pump()
 
     def _expire_requests(self) -> None:

@@ -434,3 +434,36 @@ async def test_lists_are_paged_and_a_direct_get_needs_allow_direct(nc: Client) -
     finally:
         for name in names:
             await js.delete_stream(name)
+
+
+async def test_a_durable_created_through_the_durable_api(nc: Client) -> None:
+    reply = await nc.request("$JS.API.STREAM.CREATE.DUR", b'{"name":"DUR","storage":"memory"}',
+                             timeout=5)
+    assert "error" not in json.loads(reply.data)
+    try:
+        reply = await nc.request("$JS.API.CONSUMER.DURABLE.CREATE.DUR.keep", json.dumps(
+            {"stream_name": "DUR", "config": {"durable_name": "keep", "ack_policy": "explicit"}}
+        ).encode(), timeout=5)
+        body = json.loads(reply.data)
+        assert body["type"] == "io.nats.jetstream.api.v1.consumer_create_response"
+        assert (body["name"], body["config"]["durable_name"]) == ("keep", "keep")
+    finally:
+        await nc.request("$JS.API.STREAM.DELETE.DUR", b"", timeout=5)
+
+
+async def test_a_waiting_pull_request_gets_idle_heartbeats(nc: Client) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="HB", subjects=["hb"], storage=StorageType.MEMORY)
+    try:
+        await js.pull_subscribe("hb", durable="hb")
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.HB.hb", json.dumps(
+            {"batch": 1, "expires": 3_000_000_000, "idle_heartbeat": 500_000_000}).encode(),
+            reply=inbox)
+        beat = await sub.next_msg(timeout=5)
+        assert beat.headers is not None
+        assert beat.headers[nats.js.api.Header.STATUS] == "100"
+        assert beat.headers[nats.js.api.Header.DESCRIPTION] == "Idle Heartbeat"
+    finally:
+        await js.delete_stream("HB")
