@@ -49,7 +49,7 @@ from collections import OrderedDict
 from pathlib import Path
 from zlib import crc32
 
-from ..streaming.stores.recordlog import fsync_dir, write_all
+from ..fileio import fsync_dir, write_all
 from .memstore import StoredMsg
 
 log = logging.getLogger("tidings.jetstream")

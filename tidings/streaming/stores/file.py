@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ...fileio import fsync_dir, write_all
 from .base import (
     ClientRecord,
     CorruptStoreError,
@@ -44,7 +45,7 @@ from .base import (
 )
 from .common import Channel, CoreStore, MsgLog
 from .lockfile import lock_store, unlock_store
-from .recordlog import RecordLog, fsync_dir, write_all
+from .recordlog import RecordLog
 from .segments import FileMsgLog
 
 CLIENTS_MAGIC = b"TDCLIS01"

@@ -17,25 +17,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from zlib import crc32
 
+from ...fileio import fsync_dir, write_all
 from .base import CorruptStoreError
 
 HEADER = struct.Struct("<II")
 MAX_PAYLOAD = 0xFFFFFF
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
 
 
 def _record_ok(buf: bytes, pos: int) -> tuple[int, int] | None:

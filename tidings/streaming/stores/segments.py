@@ -23,9 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from zlib import crc32
 
+from ...fileio import fsync_dir, write_all
 from .base import CorruptStoreError, MsgRecord
 from .common import IndexedMsgLog
-from .recordlog import fsync_dir, write_all
 
 DAT_MAGIC = b"TDMSGS01"
 IDX_MAGIC = b"TDMIDX01"
