@@ -50,7 +50,7 @@ from pathlib import Path
 from zlib import crc32
 
 from ..fileio import fsync_dir, write_all
-from .memstore import StoredMsg
+from .memstore import StoredMsg, StoreLimits
 
 log = logging.getLogger("tidings.jetstream")
 
@@ -169,7 +169,7 @@ class _Recovered:
         self.last_ts = 0
 
 
-class FileStore:
+class FileStore(StoreLimits):
     """Messages by sequence in block files; the state STREAM.INFO reports."""
 
     def __init__(self, directory: str | os.PathLike[str], first_seq: int = 1, *,
@@ -311,22 +311,14 @@ class FileStore:
         self.first_seq = self.last_seq + 1
         return count
 
-    # -- limits --------------------------------------------------------------------------
-    def enforce(self, max_msgs: int, max_bytes: int, max_age: float,
-                per_subject: int, subject: str | None = None) -> None:
-        """Remove the oldest messages past the limits (-1 / 0: none)."""
-        if per_subject > 0 and subject is not None and self.subjects.get(subject, 0) > per_subject:
-            extra = self.subjects[subject] - per_subject
-            for seq in self._seqs_on(self._sid[subject], extra):
-                self.remove(seq)
-        while max_msgs > 0 and self._count > max_msgs:
-            self.remove(self.first_seq)
-        while max_bytes > 0 and self.bytes > max_bytes and self._count:
-            self.remove(self.first_seq)
-        if max_age > 0 and self._count:
-            cutoff = time.time_ns() - int(max_age * 1e9)
-            while self._count and self._ts(self.first_seq) < cutoff:
-                self.remove(self.first_seq)
+    # -- limits (StoreLimits) ---------------------------------------------------------------
+    def oldest_on(self, subject: str, n: int) -> list[int]:
+        """The `n` oldest sequences on `subject`."""
+        sid = self._sid.get(subject)
+        return self._seqs_on(sid, n) if sid is not None else []
+
+    def first_ts(self) -> int:
+        return self._ts(self.first_seq)
 
     def _ts(self, seq: int) -> int:
         found = self._locate(seq)

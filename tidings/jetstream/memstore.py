@@ -26,7 +26,44 @@ class StoredMsg:
         return len(self.subject) + len(self.headers or b"") + len(self.data) + OVERHEAD
 
 
-class MemoryStore:
+class StoreLimits:
+    """The limits a stream sets, on what every store has (`subjects`, `count`, `bytes`,
+    `first_seq`, `remove`, `oldest_on`, `first_ts`): the oldest go first."""
+
+    subjects: dict[str, int]
+    bytes: int
+    first_seq: int
+
+    @property
+    def count(self) -> int:
+        raise NotImplementedError
+
+    def remove(self, seq: int) -> bool:
+        raise NotImplementedError
+
+    def oldest_on(self, subject: str, n: int) -> list[int]:
+        raise NotImplementedError
+
+    def first_ts(self) -> int:
+        raise NotImplementedError
+
+    def enforce(self, max_msgs: int, max_bytes: int, max_age: float,
+                per_subject: int, subject: str | None = None) -> None:
+        """Remove the oldest messages past the limits (-1 / 0: none)."""
+        if per_subject > 0 and subject is not None and self.subjects.get(subject, 0) > per_subject:
+            for seq in self.oldest_on(subject, self.subjects[subject] - per_subject):
+                self.remove(seq)
+        while max_msgs > 0 and self.count > max_msgs:
+            self.remove(self.first_seq)
+        while max_bytes > 0 and self.bytes > max_bytes and self.count:
+            self.remove(self.first_seq)
+        if max_age > 0 and self.count:
+            cutoff = time.time_ns() - int(max_age * 1e9)
+            while self.count and self.first_ts() < cutoff:
+                self.remove(self.first_seq)
+
+
+class MemoryStore(StoreLimits):
     """Messages by sequence, in order; the state STREAM.INFO reports."""
 
     def __init__(self, first_seq: int = 1) -> None:
@@ -82,22 +119,13 @@ class MemoryStore:
         self.first_seq = self.last_seq + 1
         return count
 
-    # -- limits --------------------------------------------------------------------------
-    def enforce(self, max_msgs: int, max_bytes: int, max_age: float,
-                per_subject: int, subject: str | None = None) -> None:
-        """Remove the oldest messages past the limits (-1 / 0: none)."""
-        if per_subject > 0 and subject is not None and self.subjects.get(subject, 0) > per_subject:
-            extra = self.subjects[subject] - per_subject
-            for seq in [s for s, m in self.msgs.items() if m.subject == subject][:extra]:
-                self.remove(seq)
-        while max_msgs > 0 and len(self.msgs) > max_msgs:
-            self.remove(self.first_seq)
-        while max_bytes > 0 and self.bytes > max_bytes and self.msgs:
-            self.remove(self.first_seq)
-        if max_age > 0 and self.msgs:
-            cutoff = time.time_ns() - int(max_age * 1e9)
-            while self.msgs and self.msgs[self.first_seq].ts < cutoff:
-                self.remove(self.first_seq)
+    # -- limits (StoreLimits) ---------------------------------------------------------------
+    def oldest_on(self, subject: str, n: int) -> list[int]:
+        """The `n` oldest sequences on `subject`."""
+        return [s for s, m in self.msgs.items() if m.subject == subject][:n]
+
+    def first_ts(self) -> int:
+        return self.msgs[self.first_seq].ts
 
     # -- reading -------------------------------------------------------------------------
     def get(self, seq: int) -> StoredMsg | None:
