@@ -322,15 +322,11 @@ class Consumer:
 
     def tick(self) -> None:
         """Requests that expired, and messages whose ack wait passed (redelivered)."""
-        wait = self.config.get("ack_wait")
-        backoff = self.config.get("backoff") or []
-        if wait:
+        if self.config.get("ack_wait"):
             now = time.time_ns()
             max_deliver = self.config.get("max_deliver", -1)
             for seq, entry in list(self.pending.items()):
-                # With backoff, the n-th redelivery waits backoff[n-1] (its last one after).
-                due = backoff[min(entry.deliveries, len(backoff)) - 1] if backoff else wait
-                if entry.ts + due <= now and seq not in self.redeliver:
+                if entry.ts + self._wait_for(entry) <= now and seq not in self.redeliver:
                     if max_deliver > 0 and entry.deliveries >= max_deliver:
                         continue
                     entry.ts = now
@@ -338,12 +334,26 @@ class Consumer:
         self.pump()
         self.heartbeat()
 
+    def _wait_for(self, entry: Pending) -> int:
+        """How long (ns) a delivery waits for its ack: `ack_wait`, or with `backoff` the
+        n-th delivery's entry of it (its last one after)."""
+        backoff = self.config.get("backoff") or []
+        if backoff:
+            return int(backoff[min(entry.deliveries, len(backoff)) - 1])
+        return int(self.config.get("ack_wait") or DEFAULT_ACK_WAIT)
+
     # -- acks ------------------------------------------------------------------------------
     def ack(self, stream_seq: int, payload: bytes) -> str:
         """An ack on a delivery's reply subject; what it was ("ack", "nak", ...)."""
         body = payload.strip()
         if body.startswith(b"-NAK"):
-            if stream_seq in self.pending and stream_seq not in self.redeliver:
+            delay = _nak_delay(body[4:])
+            entry = self.pending.get(stream_seq)
+            if entry is not None and delay > 0:
+                # Again once `delay` has passed: as if delivered so long before that its
+                # wait ends then.
+                entry.ts = time.time_ns() - self._wait_for(entry) + delay
+            elif entry is not None and stream_seq not in self.redeliver:
                 self.redeliver.append(stream_seq)
             self.pump()
             return "nak"
@@ -420,6 +430,21 @@ class Consumer:
             "num_redelivered": sum(1 for p in self.pending.values() if p.deliveries > 1),
             "num_waiting": len(self.waiting), "num_pending": self.num_pending(),
         }
+
+
+def _nak_delay(rest: bytes) -> int:
+    """The delay (ns) of `-NAK {"delay": ns}`; 0 without one."""
+    import json
+
+    rest = rest.strip()
+    if not rest:
+        return 0
+    try:
+        body = json.loads(rest)
+    except ValueError:
+        return 0
+    delay = body.get("delay") if isinstance(body, dict) else None
+    return delay if isinstance(delay, int) and delay > 0 else 0
 
 
 def _parse_time(text: str) -> int:

@@ -467,3 +467,19 @@ async def test_a_waiting_pull_request_gets_idle_heartbeats(nc: Client) -> None:
         assert beat.headers[nats.js.api.Header.DESCRIPTION] == "Idle Heartbeat"
     finally:
         await js.delete_stream("HB")
+
+
+async def test_a_nak_with_a_delay_waits_that_long(nc: Client) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="NAKD", subjects=["nakd"], storage=StorageType.MEMORY)
+    try:
+        await js.publish("nakd", b"later")
+        sub = await js.pull_subscribe("nakd", durable="d")
+        (msg,) = await sub.fetch(1, timeout=5)
+        await msg.nak(delay=3)
+        with pytest.raises(nats.errors.TimeoutError):
+            await sub.fetch(1, timeout=1)  # (not before its delay, however slow the machine)
+        (again,) = await sub.fetch(1, timeout=10)
+        assert again.data == b"later" and again.metadata.num_delivered == 2
+    finally:
+        await js.delete_stream("NAKD")
