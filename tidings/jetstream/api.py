@@ -297,6 +297,16 @@ class JetStream:
             del stream.consumers[name]
             stream.forget_consumer(name)
             return self._reply(account, reply, kind, success=True)
+        if op == "CONSUMER.PAUSE":
+            until = body.get("pause_until") if isinstance(body, dict) else None
+            consumer.pause(until if isinstance(until, str) else "")
+            left = consumer.paused_for()
+            if left:
+                return self._reply(account, reply, kind, paused=True,
+                                   pause_until=consumer.config["pause_until"],
+                                   pause_remaining=left)
+            return self._reply(account, reply, kind, paused=False,
+                               pause_until="0001-01-01T00:00:00Z")
         raise errors.BAD_REQUEST()
 
     def _create_consumer(self, account: Account, stream: Stream, op: str, tokens: list[str],
@@ -516,6 +526,7 @@ def _type_of(tokens: list[str]) -> str:
         "CONSUMER.DURABLE": "consumer_create_response",
         "CONSUMER.INFO": "consumer_info_response", "CONSUMER.DELETE": "consumer_delete_response",
         "CONSUMER.NAMES": "consumer_names_response", "CONSUMER.LIST": "consumer_list_response",
+        "CONSUMER.PAUSE": "consumer_pause_response",
     }
     key = (".".join(tokens[:2]) if tokens and tokens[0] in ("STREAM", "CONSUMER")
            else (tokens[0] if tokens else ""))

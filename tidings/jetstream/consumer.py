@@ -35,7 +35,7 @@ _FIELDS = (
     "filter_subjects", "replay_policy", "rate_limit_bps", "sample_freq", "max_waiting",
     "max_ack_pending", "flow_control", "headers_only", "max_batch", "max_expires",
     "max_bytes", "deliver_subject", "deliver_group", "idle_heartbeat", "inactive_threshold",
-    "num_replicas", "mem_storage", "direct", "sourcing", "metadata",
+    "num_replicas", "mem_storage", "direct", "sourcing", "metadata", "pause_until",
 )
 _ALWAYS = ("deliver_policy", "ack_policy", "replay_policy", "num_replicas")
 _CHOICES = {"deliver_policy": ("all", "last", "new", "by_start_sequence", "by_start_time",
@@ -187,6 +187,8 @@ class Consumer:
         """Deliver what is there to whoever waits for it (pull) or to the deliver subject."""
         target = self.config.get("deliver_subject")
         self._expire_requests()
+        if self.paused_for() > 0:
+            return  # paused: nothing goes until pause_until (the next tick after)
         if target and not self.interest(target):
             return  # a push consumer delivers once someone listens
         sent = 0
@@ -214,6 +216,24 @@ class Consumer:
         while self.waiting and self.waiting[0].no_wait:
             request = self.waiting.popleft()
             self._status(request.reply, b"404 No Messages")
+
+    def paused_for(self) -> int:
+        """Nanoseconds left of a pause (`pause_until`), 0 if not paused."""
+        until = self.config.get("pause_until")
+        if not until:
+            return 0
+        return max(0, _parse_time(str(until)) - time.time_ns())
+
+    def pause(self, until: str) -> None:
+        """Pause until `until` (RFC 3339), or resume (a time passed, or none)."""
+        from ..server.msgtrace import go_time
+
+        ns = _parse_time(until) if until else 0
+        if ns > time.time_ns():
+            self.config = {**self.config, "pause_until": go_time(ns, utc=True)}
+        else:
+            self.config = {k: v for k, v in self.config.items() if k != "pause_until"}
+            self.pump()
 
     def _deliver(self, msg: StoredMsg, target: str) -> None:
         cfg = self.config
@@ -429,6 +449,7 @@ class Consumer:
             # (the reference's: pending messages delivered more than once)
             "num_redelivered": sum(1 for p in self.pending.values() if p.deliveries > 1),
             "num_waiting": len(self.waiting), "num_pending": self.num_pending(),
+            **({"paused": True, "pause_remaining": left} if (left := self.paused_for()) else {}),
         }
 
 

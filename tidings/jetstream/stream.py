@@ -233,7 +233,7 @@ class Stream:
                     raise errors.STREAM_ROLLUP_FAILED(err=f'rollup value invalid: "{rollup}"')
         store = self.store
         if cfg["discard"] == "new":
-            self._refuse_when_full(len(subject) + len(headers or b"") + len(data))
+            self._refuse_when_full(len(subject) + len(headers or b"") + len(data), subject)
         try:
             msg = store.store(subject, headers, data)
         except OSError as exc:  # (a full disk: nothing was stored)
@@ -281,8 +281,12 @@ class Stream:
                                            for c in self.consumers.values()):
             self.store.remove(seq)
 
-    def _refuse_when_full(self, size: int) -> None:
+    def _refuse_when_full(self, size: int, subject: str) -> None:
         cfg, store = self.config, self.store
+        per_subject = cfg["max_msgs_per_subject"]
+        if (cfg.get("discard_new_per_subject") and per_subject > 0
+                and store.subjects.get(subject, 0) >= per_subject):
+            raise errors.STREAM_STORE_FAILED(err="maximum messages per subject exceeded")
         if cfg["max_msgs"] > 0 and store.count >= cfg["max_msgs"]:
             raise errors.STREAM_STORE_FAILED(err="maximum messages exceeded")
         if cfg["max_bytes"] > 0 and store.bytes + size > cfg["max_bytes"]:

@@ -483,3 +483,51 @@ async def test_a_nak_with_a_delay_waits_that_long(nc: Client) -> None:
         assert again.data == b"later" and again.metadata.num_delivered == 2
     finally:
         await js.delete_stream("NAKD")
+
+
+async def test_a_paused_consumer_delivers_once_resumed(nc: Client) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    js = nc.jetstream()
+    await js.add_stream(name="PAUSED", subjects=["paused"], storage=StorageType.MEMORY)
+    try:
+        await js.publish("paused", b"held")
+        sub = await js.pull_subscribe("paused", durable="p")
+        until = (datetime.now(timezone.utc) + timedelta(minutes=5)).isoformat().replace(
+            "+00:00", "Z")
+        reply = await nc.request("$JS.API.CONSUMER.PAUSE.PAUSED.p", json.dumps(
+            {"pause_until": until}).encode(), timeout=5)
+        body = json.loads(reply.data)
+        assert body["type"] == "io.nats.jetstream.api.v1.consumer_pause_response"
+        assert body["paused"] is True and body["pause_remaining"] > 0
+        info = json.loads((await nc.request("$JS.API.CONSUMER.INFO.PAUSED.p", b"",
+                                            timeout=5)).data)
+        assert info["paused"] is True and "pause_until" in info["config"]
+        with pytest.raises(nats.errors.TimeoutError):
+            await sub.fetch(1, timeout=1)
+        reply = await nc.request("$JS.API.CONSUMER.PAUSE.PAUSED.p", b"{}", timeout=5)
+        assert json.loads(reply.data) == {
+            "type": "io.nats.jetstream.api.v1.consumer_pause_response", "paused": False,
+            "pause_until": "0001-01-01T00:00:00Z"}
+        (msg,) = await sub.fetch(1, timeout=5)
+        assert msg.data == b"held"
+    finally:
+        await js.delete_stream("PAUSED")
+
+
+async def test_discard_new_per_subject(nc: Client) -> None:
+    from nats.js.api import DiscardPolicy
+
+    js = nc.jetstream()
+    await js.add_stream(name="PERSUBJ", subjects=["ps.*"], storage=StorageType.MEMORY,
+                        discard=DiscardPolicy.NEW, max_msgs_per_subject=1,
+                        discard_new_per_subject=True)
+    try:
+        await js.publish("ps.a", b"1")
+        await js.publish("ps.b", b"1")
+        with pytest.raises(APIError) as refused:
+            await js.publish("ps.a", b"2")
+        assert (refused.value.code, refused.value.err_code, refused.value.description) == (
+            503, 10077, "maximum messages per subject exceeded")
+    finally:
+        await js.delete_stream("PERSUBJ")
