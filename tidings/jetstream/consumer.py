@@ -286,14 +286,15 @@ class Consumer:
         self.send(reply, reply, None, b"NATS/1.0 " + status + b"\r\n" + extra + b"\r\n", b"")
 
     def num_pending(self) -> int:
-        """Messages from its next sequence on that it would deliver."""
+        """Messages it would still deliver: the rest of a last-per-subject start, and
+        from its next sequence on."""
         store = self.stream.store
         start = max(self.next_seq, store.first_seq)
         if start > store.last_seq:
-            return 0
+            return len(self.initial)
         if not self.filters and start == store.first_seq:
-            return int(store.count)
-        count = 0
+            return int(store.count) + len(self.initial)
+        count = len(self.initial)
         for seq in range(start, store.last_seq + 1):
             subject = store.subject_of(seq)
             if subject is not None and self.matches(subject):

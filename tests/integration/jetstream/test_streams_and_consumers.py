@@ -531,3 +531,20 @@ async def test_discard_new_per_subject(nc: Client) -> None:
             503, 10077, "maximum messages per subject exceeded")
     finally:
         await js.delete_stream("PERSUBJ")
+
+
+async def test_last_per_subject_deliveries_count_down_what_is_pending(nc: Client) -> None:
+    """(nats-py's KV watcher ends its first values when a delivery says none is pending.)"""
+    from nats.js.api import ConsumerConfig, DeliverPolicy
+
+    js = nc.jetstream()
+    await js.add_stream(name="LPSP", subjects=["lpsp.>"], storage=StorageType.MEMORY)
+    try:
+        for key in ("a", "b", "a", "c"):
+            await js.publish(f"lpsp.{key}", key.encode())
+        sub = await js.pull_subscribe("lpsp.>", durable="w", config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT))
+        got = await sub.fetch(3, timeout=5)
+        assert [m.metadata.num_pending for m in got] == [2, 1, 0]
+    finally:
+        await js.delete_stream("LPSP")
