@@ -9,14 +9,12 @@ first), it is run a few times and must give tidings' answer in one of them."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import nkeys
 import pytest
 
-from tests.harness import nats_server_binary
+from .test_config_file import reference, tidings
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -26,16 +24,6 @@ ACCOUNT_NKEY = nkeys.from_seed(nkeys.encode_seed(bytes(range(32)), nkeys.PREFIX_
 USER_NKEY = nkeys.from_seed(nkeys.encode_seed(bytes(range(32)), nkeys.PREFIX_BYTE_USER)
                             ).public_key.decode()
 TRIES = 10  # runs of the reference where its answer depends on Go's map order
-
-
-def tidings(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tidings", "server", *args],
-                          capture_output=True, text=True, timeout=30)
-
-
-def reference(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([nats_server_binary(), *args], capture_output=True, text=True,
-                          timeout=30)
 
 
 def reference_says(conf: Path, line: str, *args: str) -> bool:

@@ -22,7 +22,8 @@ import pytest
 from tests.harness import Process, Server, start_configured, tidings_command
 from tests.harness.rawnats import RawConn
 
-from .test_accounts_config import reference, reference_says, tidings
+from .test_accounts_config import reference_says
+from .test_config_file import reference, tidings
 
 pytestmark = pytest.mark.timeout(120)
 
