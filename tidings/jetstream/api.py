@@ -83,7 +83,7 @@ class JetStream:
                 if not name:
                     continue
                 consumer = Consumer(stream, name, config, self._sender(account),
-                                    lambda subject, a=account: _listened(a, subject))
+                                    account.listened)
                 try:
                     consumer.restore(state)
                 except (KeyError, TypeError, ValueError):
@@ -120,7 +120,7 @@ class JetStream:
         if consumer.durable or not threshold or consumer.waiting:
             return False
         target = consumer.config.get("deliver_subject")
-        if target and _listened(account, target):
+        if target and account.listened(target):
             consumer.last_active = time.time_ns()
             return False
         last = max(consumer.last_active, consumer.created)
@@ -348,13 +348,13 @@ class JetStream:
         if limit > 0 and len(stream.consumers) >= limit:
             raise errors.MAXIMUM_CONSUMERS_LIMIT()
         consumer = Consumer(stream, name, config, self._sender(account),
-                            lambda subject: _listened(account, subject))
+                            account.listened)
         stream.consumers[name] = consumer
         self._reply(account, reply, kind, **self._consumer_info(consumer))
         consumer.pump()
 
     def _consumer_info(self, consumer: Consumer) -> dict[str, Any]:
-        from ..server.msgtrace import go_time
+        from ..server.gojson import go_time
 
         return {**consumer.info(), "ts": go_time(time.time_ns(), utc=True)}
 
@@ -433,7 +433,7 @@ class JetStream:
                 msg = store.get(seq)
         if msg is None:
             return self._send_status(account, reply, b"404 Message Not Found")
-        from ..server.msgtrace import go_time
+        from ..server.gojson import go_time
 
         lines = (f"Nats-Stream: {stream.name}\r\nNats-Subject: {msg.subject}\r\n"
                  f"Nats-Sequence: {msg.seq}\r\nNats-Time-Stamp: "
@@ -546,18 +546,9 @@ def _next_for(store: Any, subject: str, seq: int) -> Any:
     """The first message on `subject` (a filter) from sequence `seq` on."""
     from ..protocol.subjects import subject_matches
 
-    for n in range(max(seq, store.first_seq), store.last_seq + 1):
-        found = store.subject_of(n)
-        if found is not None and subject_matches(subject, found):
-            return store.get(n)
+    for n in store.matching(seq, lambda found: subject_matches(subject, found)):
+        return store.get(n)
     return None
-
-
-def _listened(account: Account, subject: str) -> bool:
-    """Whether anyone (here or over a route) listens to `subject` in `account`."""
-    key = subject.encode()
-    plain, groups, remote = account.sublist.cache.get(key) or account.sublist.compute(key)
-    return bool(plain or groups or remote is not None)
 
 
 def _consumer_key(config: dict[str, Any]) -> dict[str, Any]:

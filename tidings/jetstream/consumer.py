@@ -167,16 +167,12 @@ class Consumer:
             msg = store.get(self.initial.popleft())
             if msg is not None:
                 return msg
-        seq = max(self.next_seq, store.first_seq)
-        while seq <= store.last_seq:
-            subject = store.subject_of(seq)  # (a file store reads the message only if wanted)
-            seq += 1
-            if subject is not None and self.matches(subject):
-                msg = store.get(seq - 1)
-                if msg is not None:
-                    self.next_seq = seq
-                    return msg
-        self.next_seq = seq
+        for seq in store.matching(self.next_seq, self.matches):
+            msg = store.get(seq)
+            if msg is not None:
+                self.next_seq = seq + 1
+                return msg
+        self.next_seq = max(self.next_seq, store.last_seq + 1)
         return None
 
     def _may_deliver(self) -> bool:
@@ -226,7 +222,7 @@ class Consumer:
 
     def pause(self, until: str) -> None:
         """Pause until `until` (RFC 3339), or resume (a time passed, or none)."""
-        from ..server.msgtrace import go_time
+        from ..server.gojson import go_time
 
         ns = _parse_time(until) if until else 0
         if ns > time.time_ns():
@@ -294,12 +290,7 @@ class Consumer:
             return len(self.initial)
         if not self.filters and start == store.first_seq:
             return int(store.count) + len(self.initial)
-        count = len(self.initial)
-        for seq in range(start, store.last_seq + 1):
-            subject = store.subject_of(seq)
-            if subject is not None and self.matches(subject):
-                count += 1
-        return count
+        return len(self.initial) + sum(1 for _ in store.matching(start, self.matches))
 
     # -- pull requests ---------------------------------------------------------------------
     def request(self, reply: str, body: Any) -> None:
@@ -436,7 +427,7 @@ class Consumer:
 
     # -- what it says of itself ------------------------------------------------------------
     def info(self) -> dict[str, Any]:
-        from ..server.msgtrace import go_time
+        from ..server.gojson import go_time
 
         delivered: dict[str, Any] = {"consumer_seq": self.cseq, "stream_seq": self.dseq}
         if self.last_active:

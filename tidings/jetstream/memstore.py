@@ -8,6 +8,7 @@ payload, and 16 bytes more. Pure data structure: no asyncio, no I/O.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 OVERHEAD = 16  # per message, as the reference's memory store adds
@@ -33,6 +34,7 @@ class StoreLimits:
     subjects: dict[str, int]
     bytes: int
     first_seq: int
+    last_seq: int
 
     @property
     def count(self) -> int:
@@ -46,6 +48,17 @@ class StoreLimits:
 
     def first_ts(self) -> int:
         raise NotImplementedError
+
+    def subject_of(self, seq: int) -> str | None:
+        raise NotImplementedError
+
+    def matching(self, start: int, matches: Callable[[str], bool]) -> Iterator[int]:
+        """The sequences from `start` on whose subject `matches` (the store says a
+        message's subject without reading it)."""
+        for seq in range(max(start, self.first_seq), self.last_seq + 1):
+            subject = self.subject_of(seq)
+            if subject is not None and matches(subject):
+                yield seq
 
     def enforce(self, max_msgs: int, max_bytes: int, max_age: float,
                 per_subject: int, subject: str | None = None) -> None:

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from typing import Any
 
 from ..config.jetstream import API_LEVEL
+from ..protocol.headers import header_fields
 from ..protocol.subjects import is_valid_subject
 from . import errors
 from .memstore import MemoryStore, StoredMsg
@@ -211,7 +212,8 @@ class Stream:
     def publish(self, subject: str, headers: bytes | None, data: bytes) -> dict[str, Any]:
         """Store a captured message; the PubAck's body (errors.ApiError when refused)."""
         cfg = self.config
-        msg_id = _header(headers, "Nats-Msg-Id") if headers else None
+        fields = header_fields(headers) if headers else {}
+        msg_id = fields.get("nats-msg-id")
         if msg_id:
             self._expire_ids()
             seen = self.msg_ids.get(msg_id)
@@ -223,9 +225,9 @@ class Stream:
         if max_size > 0 and len(data) + len(headers or b"") > max_size:
             raise errors.STREAM_MESSAGE_EXCEEDS_MAXIMUM()
         rollup = None
-        if headers:
-            self._check_expected(subject, headers)
-            rollup = _header(headers, "Nats-Rollup")
+        if fields:
+            self._check_expected(subject, fields)
+            rollup = fields.get("nats-rollup")
             if rollup is not None:
                 if not cfg.get("allow_rollup_hdrs"):
                     raise errors.STREAM_ROLLUP_FAILED(err="rollup not permitted")
@@ -257,9 +259,8 @@ class Stream:
             return int(store.purge())
         from ..protocol.subjects import subject_matches
 
-        chosen = [seq for seq in range(store.first_seq, store.last_seq + 1)
-                  if (found := store.subject_of(seq)) is not None
-                  and (subject is None or subject_matches(subject, found))]
+        chosen = list(store.matching(store.first_seq, lambda found: subject is None
+                                     or subject_matches(subject, found)))
         if upto:
             chosen = [seq for seq in chosen if seq < upto]
         elif keep:
@@ -292,20 +293,20 @@ class Stream:
         if cfg["max_bytes"] > 0 and store.bytes + size > cfg["max_bytes"]:
             raise errors.STREAM_STORE_FAILED(err="maximum bytes exceeded")
 
-    def _check_expected(self, subject: str, headers: bytes) -> None:
-        expected = _header(headers, "Nats-Expected-Stream")
+    def _check_expected(self, subject: str, fields: dict[str, str]) -> None:
+        expected = fields.get("nats-expected-stream")
         if expected and expected != self.name:
             raise errors.STREAM_NOT_MATCH()
-        last = _header(headers, "Nats-Expected-Last-Sequence")
+        last = fields.get("nats-expected-last-sequence")
         if last is not None and last.isdigit() and int(last) != self.store.last_seq:
             raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=self.store.last_seq)
-        per_subject = _header(headers, "Nats-Expected-Last-Subject-Sequence")
+        per_subject = fields.get("nats-expected-last-subject-sequence")
         if per_subject is not None and per_subject.isdigit():
             found = self.store.last_for(subject)
             have = found.seq if found is not None else 0
             if int(per_subject) != have:
                 raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=have)
-        last_id = _header(headers, "Nats-Expected-Last-Msg-Id")
+        last_id = fields.get("nats-expected-last-msg-id")
         if last_id is not None:
             newest = next(reversed(self.msg_ids), "") if self.msg_ids else ""
             if last_id != newest:
@@ -322,7 +323,7 @@ class Stream:
 
     # -- what it says of itself -----------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        from ..server.msgtrace import go_time
+        from ..server.gojson import go_time
 
         store = self.store
         first = store.get(store.first_seq)
@@ -340,7 +341,7 @@ class Stream:
         return state
 
     def info(self, with_config: bool = True) -> dict[str, Any]:
-        from ..server.msgtrace import go_time
+        from ..server.gojson import go_time
 
         out: dict[str, Any] = {}
         if with_config:
@@ -358,7 +359,7 @@ def stored_message(msg: StoredMsg) -> dict[str, Any]:
     """A stored message as STREAM.MSG.GET answers it."""
     import base64
 
-    from ..server.msgtrace import go_time
+    from ..server.gojson import go_time
 
     out: dict[str, Any] = {"subject": msg.subject, "seq": msg.seq}
     if msg.headers:
@@ -369,18 +370,8 @@ def stored_message(msg: StoredMsg) -> dict[str, Any]:
     return out
 
 
-def _header(headers: bytes, name: str) -> str | None:
-    """The first value of header `name` (case-insensitive) in a NATS header block."""
-    key = name.lower().encode()
-    for line in headers.split(b"\r\n")[1:]:
-        field, sep, value = line.partition(b":")
-        if sep and field.strip().lower() == key:
-            return value.strip().decode(errors="replace")
-    return None
-
-
 def dumps(obj: Any) -> bytes:
-    from ..server.msgtrace import go_json
+    from ..server.gojson import go_json
 
     return go_json(obj)
 

@@ -183,6 +183,19 @@ def _check_value(value: str) -> None:
         raise HeaderError(f"invalid header value {value!r}")
 
 
+def header_fields(block: bytes) -> dict[str, str]:
+    """A header block's fields by lower-case name, each with its first value, lines that
+    are not `name: value` skipped: what a server reads to act on a message (its JetStream
+    and tracing headers), where Headers.decode is the client's strict reading."""
+    fields: dict[str, str] = {}
+    for line in block.split(b"\r\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if sep:
+            fields.setdefault(name.strip().lower().decode(errors="replace"),
+                              value.strip().decode(errors="replace"))
+    return fields
+
+
 def status_headers(status: int, description: str = "") -> bytes:
     """A status-only header block, e.g. the 503 the server sends when there are no responders."""
     return Headers(status=status, description=description).encode()

@@ -89,6 +89,18 @@ class Account:
     def __repr__(self) -> str:
         return f"Account({self.name!r})"
 
+    def listened(self, subject: str, ignore: Subscription | None = None) -> bool:
+        """Whether anyone (here, over a route, or an import) listens to `subject` here,
+        `ignore` aside."""
+        key = subject.encode()
+        plain, groups, remote = self.sublist.cache.get(key) or self.sublist.compute(key)
+        if groups or any(sub is not ignore for sub in plain):
+            return True
+        if remote is None:
+            return False
+        return bool(remote.plain or remote.groups
+                    or any(sub is not ignore for sub in remote.relays))
+
     def configure(self, config: AccountConfig | None) -> None:
         """Take `config`'s exports and limits (None: none of its own any more)."""
         self.config = config

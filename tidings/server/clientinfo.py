@@ -4,18 +4,17 @@ metrics of a service export all carry one."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
+
+from . import gojson
 
 if TYPE_CHECKING:
     from .client import ClientConnection
 
 
 def go_time(ts: float) -> str:
-    """A time as Go's JSON writes it (RFC 3339, UTC, fractional digits trimmed)."""
-    d = datetime.fromtimestamp(ts, timezone.utc)
-    frac = f"{d.microsecond:06d}".rstrip("0")
-    return d.strftime("%Y-%m-%dT%H:%M:%S") + (f".{frac}" if frac else "") + "Z"
+    """A time in seconds (to the microsecond) as Go's JSON writes it, in UTC."""
+    return gojson.go_time(round(ts * 1e6) * 1000, utc=True)
 
 
 def client_info(c: ClientConnection, detailed: bool = True, *, rtt: bool = True,

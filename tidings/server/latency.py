@@ -15,6 +15,7 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..protocol.headers import header_fields
 from .clientinfo import client_info, go_time
 
 if TYPE_CHECKING:
@@ -37,12 +38,7 @@ def sampled(latency: Latency | None, headers: bytes | None) -> bool:
 
 
 def _trace_says_sample(headers: bytes) -> bool:
-    fields: dict[str, str] = {}
-    for line in headers.split(b"\r\n")[1:]:
-        name, sep, value = line.partition(b":")
-        if sep:
-            fields[name.decode(errors="replace").strip().lower()] = value.decode(
-                errors="replace").strip()
+    fields = header_fields(headers)
     if uber := fields.get("uber-trace-id"):
         flags = uber.split(":")
         return len(flags) == 4 and 0 < len(flags[3]) <= 2 and _odd_hex(flags[3])

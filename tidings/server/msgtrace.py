@@ -13,14 +13,13 @@ server without that configuration.
 from __future__ import annotations
 
 import gzip
-import json
 import logging
 import time
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.subjects import is_valid_literal_subject, is_valid_subject
 from .connection import msg_frame
+from .gojson import go_json, go_time
 from .server import NATS_VERSION
 
 if TYPE_CHECKING:
@@ -100,34 +99,6 @@ def disable_trace(hdr: bytes) -> bytes:
     kept = [line for line in lines[1:] if not line.startswith(TRACE_DEST + b":")]
     kept.append(TRACE_DEST + b": " + DEST_DISABLED)
     return b"\r\n".join([lines[0], *kept, b"", b""])
-
-
-def go_time(ns: int, utc: bool = False) -> str:
-    """A time as Go's encoding/json writes a time.Time: RFC 3339 with nanoseconds, trailing
-    zeros dropped, and Z for a zero UTC offset (local time unless `utc`)."""
-    secs, frac = divmod(ns, 1_000_000_000)
-    moment = datetime.fromtimestamp(secs, timezone.utc)
-    if not utc:
-        moment = moment.astimezone()
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    if frac:
-        text += f".{frac:09d}".rstrip("0")
-    offset = moment.utcoffset()
-    if not offset:
-        return text + "Z"
-    minutes = int(offset.total_seconds()) // 60
-    sign = "+" if minutes >= 0 else "-"
-    return text + f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
-
-
-def go_json(obj: Any) -> bytes:
-    """JSON as Go's encoding/json writes it: compact, UTF-8, with <, >, &, U+2028 and U+2029
-    escaped."""
-    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-    for char, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
-                      ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
-        text = text.replace(char, esc)
-    return text.encode()
 
 
 class MsgTrace:

@@ -530,7 +530,9 @@ class Server:
         deliver = self.deliver if trace is None else trace.deliver
         if reply and self.responders and (trace is None or not trace.only):
             deliver = granting(deliver, reply)
-        sublist = (account or pub.account).sublist  # type: ignore[union-attr]
+        if account is None:
+            account = pub.account  # type: ignore[union-attr]
+        sublist = account.sublist
         result = sublist.cache.get(subject) or sublist.compute(subject)
         plain, groups, remote = result
         delivered = False
@@ -548,7 +550,7 @@ class Server:
             if forward and self.cluster is not None and (remote.plain or remote.groups):
                 # Other servers' interest: each route gets the message once (cluster/).
                 if self.cluster.forward(pub, subject, reply, frame, plain_frame, remote,
-                                        deliver, account or pub.account):  # type: ignore[union-attr]
+                                        deliver, account):
                     delivered = True
         if not delivered and reply and not hops and pub is not None and pub.no_responders:
             pub.no_responders_reply(subject, reply)

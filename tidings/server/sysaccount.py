@@ -362,15 +362,7 @@ class SystemAccount:
                    ignore: Subscription | None = None) -> bool:
         """Whether anyone (here or over a route) listens to `subject` in `account` (the
         system account), `ignore` aside."""
-        sublist = (account or self.system).sublist
-        key = subject.encode()
-        plain, groups, remote = sublist.cache.get(key) or sublist.compute(key)
-        if groups or any(sub is not ignore for sub in plain):
-            return True
-        if remote is None:
-            return False
-        return bool(remote.plain or remote.groups
-                    or any(sub is not ignore for sub in remote.relays))
+        return (account or self.system).listened(subject, ignore)
 
     def _publish(self, subject: str, body: Any, account: Account | None = None) -> None:
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
