@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..protocol.subjects import is_valid_subject
+from . import units
 from .auth import (
     AuthOptions,
     Permissions,
@@ -501,25 +502,12 @@ def _sampling(block: Section, value: Any) -> int:
     return sample
 
 
-_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
-             "h": 3600.0}
-
-
 def go_duration(text: str) -> float | None:
-    """Seconds of a Go duration string (time.ParseDuration: "1m30s", "500ms", "0"), or None
-    when it is not one."""
-    sign = -1.0 if text.startswith("-") else 1.0
-    body = text[1:] if text[:1] in "+-" else text
-    if body == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    for m in _GO_DURATION.finditer(body):
-        if m.start() != pos:
-            return None
-        total += float(m.group(1)) * _GO_UNITS[m.group(2)]
-        pos = m.end()
-    return sign * total if body and pos == len(body) else None
+    """Seconds of a Go duration string ("1m30s", "500ms", "0"), or None when it is not one."""
+    try:
+        return units.go_duration(text)
+    except ValueError:
+        return None
 
 
 # -- imports -------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from typing import Any
 
 from ..protocol.subjects import is_valid_subject
 from .parser import ConfigError, Section
+from .units import go_duration, go_quote
 
 # The JetStream API level served: the one of the version tidings announces (nats-server
 # 2.11.0: level 1), in INFO (`api_lvl`) and /varz. (jetstream/stream.py has it too, for the
@@ -238,19 +239,6 @@ def go_s(value: Any) -> str:
     return f"%!s({go_type(value)}={go_value(value)})"
 
 
-def go_quote(text: str | bytes) -> str:
-    """A string as Go's time and strconv errors quote it: non-ASCII bytes as \\xHH."""
-    raw = text.encode() if isinstance(text, str) else text
-    out = []
-    for byte in raw:
-        ch = chr(byte)
-        if byte >= 0x80 or byte < 0x20:
-            out.append(f"\\x{byte:02x}")
-        else:
-            out.append("\\" + ch if ch in '"\\' else ch)
-    return '"' + "".join(out) + '"'
-
-
 def _conversion(value: Any, want: str) -> ValueError:
     """The reference's panic on a value of another type (placed at the top-level key)."""
     return ValueError(f"interface conversion: interface {{}} is {go_type(value)}, not {want}")
@@ -275,39 +263,6 @@ def _bool(value: Any) -> bool:
 
 
 # -- units ------------------------------------------------------------------------------------
-_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
-             "m": 60.0, "h": 3600.0}
-_GO_PART = re.compile(r"([0-9]*)(\.([0-9]*))?([^0-9.]*)")
-_MAX_DURATION = (1 << 63) / _NS
-
-
-def go_duration(text: str) -> float:
-    """Seconds of a Go duration string (time.ParseDuration), or ValueError in its words."""
-    invalid = ValueError(f"time: invalid duration {go_quote(text)}")
-    rest = text[1:] if text[:1] in ("-", "+") else text
-    if rest == "0":
-        return 0.0
-    if not rest:
-        raise invalid
-    total = 0.0
-    while rest:
-        m = _GO_PART.match(rest)
-        assert m is not None  # every part of the pattern may be empty
-        whole, dot, frac, unit = m.group(1), m.group(2), m.group(3) or "", m.group(4)
-        if not whole and not frac:
-            raise invalid
-        if not unit:
-            raise ValueError(f"time: missing unit in duration {go_quote(text)}")
-        if unit not in _GO_UNITS:
-            raise ValueError(f"time: unknown unit {go_quote(unit)} in duration "
-                             f"{go_quote(text)}")
-        total += float(f"{whole or 0}.{frac or 0}" if dot else whole) * _GO_UNITS[unit]
-        rest = rest[m.end():]
-    if total > _MAX_DURATION:
-        raise invalid
-    return -total if text.startswith("-") else total
-
-
 def _parse_int64(raw: bytes) -> int:
     """strconv.ParseInt(s, 10, 64), with its errors."""
     if re.fullmatch(rb"[+-]?\d+", raw) is None:

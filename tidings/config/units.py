@@ -205,3 +205,64 @@ def _flag_port(text: str) -> int:
         raise argparse.ArgumentTypeError(f"invalid port {port} (0 to 65535; 0 or -1: any "
                                          "free port)")
     return port
+
+
+# -- Go's duration strings and quoting ------------------------------------------------------
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
+             "m": 60.0, "h": 3600.0}
+_GO_PART = re.compile(r"([0-9]*)(\.([0-9]*))?([^0-9.]*)")
+_MAX_DURATION = (1 << 63) / 1e9
+
+
+def go_duration(text: str) -> float:
+    """Seconds of a Go duration string (time.ParseDuration), or ValueError in its words."""
+    invalid = ValueError(f"time: invalid duration {go_quote(text)}")
+    rest = text[1:] if text[:1] in ("-", "+") else text
+    if rest == "0":
+        return 0.0
+    if not rest:
+        raise invalid
+    total = 0.0
+    while rest:
+        m = _GO_PART.match(rest)
+        assert m is not None  # every part of the pattern may be empty
+        whole, dot, frac, unit = m.group(1), m.group(2), m.group(3) or "", m.group(4)
+        if not whole and not frac:
+            raise invalid
+        if not unit:
+            raise ValueError(f"time: missing unit in duration {go_quote(text)}")
+        if unit not in _GO_UNITS:
+            raise ValueError(f"time: unknown unit {go_quote(unit)} in duration "
+                             f"{go_quote(text)}")
+        total += float(f"{whole or 0}.{frac or 0}" if dot else whole) * _GO_UNITS[unit]
+        rest = rest[m.end():]
+    if total > _MAX_DURATION:
+        raise invalid
+    return -total if text.startswith("-") else total
+
+
+def go_quote(text: str | bytes) -> str:
+    """A string as Go's time and strconv errors quote it: non-ASCII bytes as \\xHH."""
+    raw = text.encode() if isinstance(text, str) else text
+    out = []
+    for byte in raw:
+        ch = chr(byte)
+        if byte >= 0x80 or byte < 0x20:
+            out.append(f"\\x{byte:02x}")
+        else:
+            out.append("\\" + ch if ch in '"\\' else ch)
+    return '"' + "".join(out) + '"'
+
+
+def format_go_duration(seconds: int) -> str:
+    """Whole seconds as Go's time.Duration prints them: "1s", "1m30s", "2h0m0s"."""
+    if seconds == 0:
+        return "0s"
+    sign = "-" if seconds < 0 else ""
+    hours, rest = divmod(abs(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{sign}{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{sign}{minutes}m{secs}s"
+    return f"{sign}{secs}s"

@@ -20,7 +20,15 @@ from . import errors
 from .consumer import Consumer, ephemeral_name
 from .consumer import normalize as normalize_consumer
 from .errors import ApiError
-from .stream import API_LEVEL, Stream, dumps, normalize, same_config, stored_message
+from .stream import (
+    API_LEVEL,
+    Stream,
+    check_update,
+    dumps,
+    normalize,
+    same_config,
+    stored_message,
+)
 
 if TYPE_CHECKING:
     from ..server.server import Server
@@ -106,8 +114,11 @@ class JetStream:
                     stream.store.sync()
                 if stream.directory and self._ticks % SAVE_EVERY == 0:
                     stream.save_consumers(only_changed=True)
+                expired = stream.expire()
                 for consumer in list(stream.consumers.values()):
                     consumer.tick()
+                    if expired:
+                        consumer.pump()
                     if self._inactive(account, consumer):
                         del stream.consumers[consumer.name]
         if self.server.reader is None:
@@ -231,6 +242,7 @@ class JetStream:
             if not update and not same_config(existing.config, config):
                 raise errors.STREAM_NAME_EXIST()
             if update:
+                check_update(existing.config, config)
                 self._unsubscribe(account, existing)
                 existing.config = config
                 existing.save_config()

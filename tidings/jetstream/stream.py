@@ -5,6 +5,7 @@ within the duplicate window, answered with a PubAck).
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import shutil
@@ -13,7 +14,7 @@ from collections import OrderedDict
 from typing import Any
 
 from ..config.jetstream import API_LEVEL
-from ..protocol.headers import header_fields
+from ..protocol.headers import header_fields, replace_header
 from ..protocol.subjects import is_valid_subject
 from . import errors
 from .memstore import MemoryStore, StoredMsg
@@ -40,8 +41,9 @@ _KNOWN = {name for name, _ in _FIELDS}
 _CHOICES = {"retention": ("limits", "interest", "workqueue"), "discard": ("old", "new"),
             "storage": ("file", "memory"), "compression": ("none", "s2")}
 # Fields tidings does not build yet: a stream asking for them is refused by name.
-NOT_BUILT = ("placement", "mirror", "sources", "subject_transform", "republish",
-             "subject_delete_marker_ttl")
+NOT_BUILT = ("placement", "mirror", "sources", "subject_transform", "republish")
+MAX_DESCRIPTION = 4 * 1024
+MS100 = NS // 10
 
 
 def normalize(raw: dict[str, Any], name: str) -> dict[str, Any]:
@@ -80,15 +82,89 @@ def normalize(raw: dict[str, Any], name: str) -> dict[str, Any]:
                   "max_consumers"):
         if cfg[field] == 0:
             cfg[field] = -1
-    window = cfg.get("duplicate_window") or DEFAULT_DUPLICATE_WINDOW
-    if cfg["max_age"] and window > cfg["max_age"]:
-        window = cfg["max_age"]
-    cfg["duplicate_window"] = window
+    _check_limits(cfg, given_window="duplicate_window" in cfg)
     meta = dict(cfg.get("metadata") or {})
     meta.update({"_nats.level": str(API_LEVEL), "_nats.req.level": "0",
                  "_nats.ver": SERVER_VERSION})
     cfg["metadata"] = meta
     return _ordered(cfg)
+
+
+def _invalid(err: str) -> errors.ApiError:
+    return errors.STREAM_INVALID_CONFIG(err=err)
+
+
+def _check_limits(cfg: dict[str, Any], given_window: bool) -> None:
+    """The reference's checks of a configuration's limits, in its order (and what it fills
+    in: the duplicate window; what subject delete markers need)."""
+    if len(cfg.get("description") or "") > MAX_DESCRIPTION:
+        raise _invalid(f"stream description is too long, maximum allowed is {MAX_DESCRIPTION}")
+    max_age = cfg["max_age"]
+    if max_age < 0:
+        raise _invalid("max age can not be negative")
+    if max_age and max_age < MS100:
+        raise _invalid("max age needs to be >= 100ms")
+    window = cfg.get("duplicate_window") or 0
+    if not window:
+        window = min(DEFAULT_DUPLICATE_WINDOW, max_age) if max_age else DEFAULT_DUPLICATE_WINDOW
+    if window < 0:
+        raise _invalid("duplicates window can not be negative")
+    if given_window and max_age and window > max_age:
+        raise _invalid("duplicates window can not be larger then max age")
+    if window < MS100:
+        raise _invalid("duplicates window needs to be >= 100ms")
+    cfg["duplicate_window"] = window
+    if cfg.get("deny_purge") and cfg.get("allow_rollup_hdrs"):
+        raise _invalid("roll-ups require the purge permission")
+    if cfg.get("discard_new_per_subject"):
+        if cfg["discard"] != "new":
+            raise _invalid("discard new per subject requires discard new policy to be set")
+        if cfg["max_msgs_per_subject"] <= 0:
+            raise _invalid("discard new per subject requires max msgs per subject > 0")
+    marker_ttl = cfg.get("subject_delete_marker_ttl") or 0
+    if marker_ttl < 0:
+        raise _invalid("subject delete marker TTL must not be negative")
+    if marker_ttl:
+        if marker_ttl < NS:
+            raise _invalid("subject delete marker TTL must be at least 1 second")
+        cfg["allow_msg_ttl"] = True
+        if not cfg.get("allow_rollup_hdrs"):
+            cfg["allow_rollup_hdrs"], cfg["deny_purge"] = True, False
+
+
+def check_update(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """What a STREAM.UPDATE may not change, with the reference's words."""
+    if new["storage"] != old["storage"]:
+        raise _invalid("stream configuration update can not change storage type")
+    if new["retention"] != old["retention"] and "workqueue" in (old["retention"],
+                                                               new["retention"]):
+        raise _invalid("stream configuration update can not change retention policy "
+                       "to/from workqueue")
+    if old.get("sealed") and not new.get("sealed"):
+        raise _invalid("stream configuration update can not unseal a sealed stream")
+    if old.get("deny_delete") and not new.get("deny_delete"):
+        raise _invalid("stream configuration update can not cancel deny message deletes")
+    if old.get("deny_purge") and not new.get("deny_purge"):
+        raise _invalid("stream configuration update can not cancel deny purge")
+    if old.get("allow_msg_ttl") and not new.get("allow_msg_ttl"):
+        raise _invalid("message TTL status can not be disabled")
+
+
+def message_ttl(value: str) -> int:
+    """A `Nats-TTL` header's seconds (-1: never expires), or the reference's refusal."""
+    from ..config.units import go_duration
+
+    if value.lower() == "never":
+        return -1
+    try:
+        seconds = go_duration(value)
+    except ValueError:
+        if not value.isdigit():
+            raise errors.MESSAGE_TTL_INVALID() from None
+        return int(value)
+    if seconds < 1:
+        raise errors.MESSAGE_TTL_INVALID()
+    return int(seconds)
 
 
 def _ordered(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -134,6 +210,8 @@ class Stream:
         self.msg_ids: OrderedDict[str, tuple[int, int]] = OrderedDict()  # id -> (seq, ts)
         self.subs: list[Any] = []  # its subscriptions in the account (api.py)
         self.consumers: dict[str, Any] = {}  # name -> consumer.Consumer
+        self.ttls: list[tuple[int, int]] = []  # heap of (expiry ns, seq): Nats-TTL's
+        self.never: set[int] = set()  # sequences whose Nats-TTL says never (max_age aside)
 
     @property
     def name(self) -> str:
@@ -156,9 +234,11 @@ class Stream:
         try:
             with open(os.path.join(directory, META_FILE), encoding="utf-8") as f:
                 meta = json.load(f)
-            return cls(meta["config"], directory, sync_always, int(meta.get("created") or 0))
+            stream = cls(meta["config"], directory, sync_always, int(meta.get("created") or 0))
         except (OSError, ValueError, KeyError, TypeError):
             return None
+        stream.restore_ttls()
+        return stream
 
     def close(self) -> None:
         if self.directory:
@@ -225,7 +305,9 @@ class Stream:
         if max_size > 0 and len(data) + len(headers or b"") > max_size:
             raise errors.STREAM_MESSAGE_EXCEEDS_MAXIMUM()
         rollup = None
+        ttl = 0
         if fields:
+            ttl, headers = self._ttl(fields, headers)
             self._check_expected(subject, fields)
             rollup = fields.get("nats-rollup")
             if rollup is not None:
@@ -240,8 +322,11 @@ class Stream:
             msg = store.store(subject, headers, data)
         except OSError as exc:  # (a full disk: nothing was stored)
             raise errors.STREAM_STORE_FAILED(err=str(exc)) from None
-        store.enforce(cfg["max_msgs"], cfg["max_bytes"], cfg["max_age"] / NS,
-                      cfg["max_msgs_per_subject"], subject)
+        store.enforce(cfg["max_msgs"], cfg["max_bytes"], 0, cfg["max_msgs_per_subject"], subject)
+        if ttl > 0:
+            heapq.heappush(self.ttls, (msg.ts + ttl * NS, msg.seq))
+        elif ttl < 0:
+            self.never.add(msg.seq)
         if msg_id:
             self.msg_ids[msg_id] = (msg.seq, msg.ts)
         if rollup is not None:  # only this message stays (of its subject, or of all)
@@ -250,6 +335,94 @@ class Stream:
                 c.matches(subject) for c in self.consumers.values()):
             store.remove(msg.seq)  # nobody is interested: not kept (as the reference)
         return {"stream": self.name, "seq": msg.seq}
+
+    def _ttl(self, fields: dict[str, str], headers: bytes | None) -> tuple[int, bytes | None]:
+        """A publish's `Nats-TTL` in seconds (0: none, -1: never), checked as the reference
+        does; raised to the subject delete markers' TTL (the header rewritten) when below."""
+        value = fields.get("nats-ttl")
+        if value is None:
+            return 0, headers
+        try:
+            ttl, invalid = message_ttl(value), None
+        except errors.ApiError as exc:
+            ttl, invalid = 0, exc
+        if ttl and not self.config.get("allow_msg_ttl"):
+            raise errors.MESSAGE_TTL_DISABLED()
+        if invalid is not None:
+            raise invalid
+        marker_ttl = (self.config.get("subject_delete_marker_ttl") or 0) // NS
+        if 0 < ttl < marker_ttl and self.config["max_msgs_per_subject"] != 1:
+            ttl = marker_ttl
+            headers = replace_header(headers or b"", "Nats-TTL", str(ttl))
+        return ttl, headers
+
+    # -- expiry -------------------------------------------------------------------------------
+    def expire(self, now: int | None = None) -> bool:
+        """Remove what `max_age` and the messages' TTLs let go (leaving a subject delete
+        marker where the stream asks for them); whether anything went."""
+        now = time.time_ns() if now is None else now
+        store, gone = self.store, False
+        max_age = self.config["max_age"]
+        if max_age and store.count:
+            cutoff = now - max_age
+            if not self.never:
+                while store.count and store.first_ts() < cutoff:
+                    self._expire_one(store.first_seq)
+                    gone = True
+            else:
+                for seq in list(store.matching(store.first_seq, lambda _s: True)):
+                    msg = store.get(seq)
+                    if msg is None or msg.ts >= cutoff:
+                        break
+                    if seq not in self.never:
+                        self._expire_one(seq)
+                        gone = True
+        ttls = self.ttls
+        while ttls and ttls[0][0] <= now:
+            _, seq = heapq.heappop(ttls)
+            if store.subject_of(seq) is not None:
+                self._expire_one(seq)
+                gone = True
+        return gone
+
+    def _expire_one(self, seq: int) -> None:
+        """Message `seq` expired: removed, or (the last of its subject, with subject delete
+        markers on) replaced by a marker that rolls the subject up."""
+        self.never.discard(seq)
+        marker_ttl = (self.config.get("subject_delete_marker_ttl") or 0) // NS
+        subject = self.store.subject_of(seq)
+        if marker_ttl and subject is not None and self.store.subjects.get(subject) == 1:
+            msg = self.store.get(seq)
+            if msg is not None and b"Nats-Marker-Reason:" not in (msg.headers or b""):
+                from ..config.units import format_go_duration
+
+                marker = (f"NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\nNats-TTL: "
+                          f"{format_go_duration(marker_ttl)}\r\nNats-Rollup: sub\r\n\r\n")
+                try:
+                    self.publish(subject, marker.encode(), b"")
+                    return
+                except errors.ApiError:
+                    pass  # (a stream that refuses it: the message just goes)
+        self.store.remove(seq)
+
+    def restore_ttls(self) -> None:
+        """The TTLs of a recovered stream's messages, read again from their headers."""
+        if not self.config.get("allow_msg_ttl"):
+            return
+        store = self.store
+        for seq in list(store.matching(store.first_seq, lambda _s: True)):
+            msg = store.get(seq)
+            if msg is None or not msg.headers or b"Nats-TTL" not in msg.headers:
+                continue
+            value = header_fields(msg.headers).get("nats-ttl")
+            try:
+                ttl = message_ttl(value) if value is not None else 0
+            except errors.ApiError:
+                continue
+            if ttl > 0:
+                heapq.heappush(self.ttls, (msg.ts + ttl * NS, seq))
+            elif ttl < 0:
+                self.never.add(seq)
 
     def purge(self, subject: str | None = None, upto: int = 0, keep: int = 0) -> int:
         """Remove messages (on `subject`, a filter, if given): those before sequence `upto`,

@@ -196,6 +196,16 @@ def header_fields(block: bytes) -> dict[str, str]:
     return fields
 
 
+def replace_header(block: bytes, name: str, value: str) -> bytes:
+    """A header block with every `name` line (any case) dropped and `name: value` added at
+    its end: how a server rewrites one header of a message it stores."""
+    wanted = name.lower().encode()
+    lines = block.split(b"\r\n") if block else [HEADER_VERSION]
+    kept = [line for line in lines[1:]
+            if line and line.partition(b":")[0].strip().lower() != wanted]
+    return b"\r\n".join([lines[0], *kept, f"{name}: {value}".encode()]) + b"\r\n\r\n"
+
+
 def status_headers(status: int, description: str = "") -> bytes:
     """A status-only header block, e.g. the 503 the server sends when there are no responders."""
     return Headers(status=status, description=description).encode()

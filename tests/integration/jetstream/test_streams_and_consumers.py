@@ -6,7 +6,6 @@ acks, push with a subscription)."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import nats
@@ -16,27 +15,7 @@ from nats.js.api import StorageType
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from tests.harness import Server, start_reference, start_tidings
-
-KINDS = ["tidings", "reference"]
-
-
-@pytest.fixture(scope="module", params=KINDS)
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[Server]:
-    store = tmp_path_factory.mktemp("js")
-    if request.param == "tidings":
-        srv = start_tidings(extra_args=["-js", "-sd", str(store)])
-    else:
-        srv = start_reference(extra_args=["-js", "-sd", str(store)])
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-async def nc(server: Server) -> AsyncIterator[Client]:
-    client = await nats.connect(server.url)
-    yield client
-    await client.close()
+from tests.integration.jetstream.conftest import KINDS
 
 
 async def test_a_stream_stores_what_is_published_on_its_subjects(nc: Client) -> None:
