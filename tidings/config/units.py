@@ -254,15 +254,28 @@ def go_quote(text: str | bytes) -> str:
     return '"' + "".join(out) + '"'
 
 
-def format_go_duration(seconds: int) -> str:
-    """Whole seconds as Go's time.Duration prints them: "1s", "1m30s", "2h0m0s"."""
-    if seconds == 0:
+def format_go_duration(ns: int) -> str:
+    """Nanoseconds as Go's time.Duration prints them: "1.5ms", "1s", "1m30s", "2h0m0s"."""
+    if ns == 0:
         return "0s"
-    sign = "-" if seconds < 0 else ""
-    hours, rest = divmod(abs(seconds), 3600)
-    minutes, secs = divmod(rest, 60)
+    sign, u = ("-" if ns < 0 else ""), abs(ns)
+    if u < 1000:
+        return f"{sign}{u}ns"
+    if u < 10**6:
+        return f"{sign}{_decimal(u, 1000)}µs"
+    if u < 10**9:
+        return f"{sign}{_decimal(u, 10**6)}ms"
+    seconds = _decimal(u % (60 * 10**9), 10**9)
+    minutes, hours = u // (60 * 10**9) % 60, u // (3600 * 10**9)
     if hours:
-        return f"{sign}{hours}h{minutes}m{secs}s"
+        return f"{sign}{hours}h{minutes}m{seconds}s"
     if minutes:
-        return f"{sign}{minutes}m{secs}s"
-    return f"{sign}{secs}s"
+        return f"{sign}{minutes}m{seconds}s"
+    return f"{sign}{seconds}s"
+
+
+def _decimal(value: int, unit: int) -> str:
+    whole, frac = divmod(value, unit)
+    if not frac:
+        return str(whole)
+    return f"{whole}." + f"{frac:0{len(str(unit)) - 1}d}".rstrip("0")

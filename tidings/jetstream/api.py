@@ -90,8 +90,7 @@ class JetStream:
                 name = config.get("durable_name") or config.get("name")
                 if not name:
                     continue
-                consumer = Consumer(stream, name, config, self._sender(account),
-                                    account.listened)
+                consumer = self._new_consumer(account, stream, name, config)
                 try:
                     consumer.restore(state)
                 except (KeyError, TypeError, ValueError):
@@ -121,6 +120,7 @@ class JetStream:
                         consumer.pump()
                     if self._inactive(account, consumer):
                         del stream.consumers[consumer.name]
+                        consumer.close()
         if self.server.reader is None:
             self.server.flush()
 
@@ -170,6 +170,8 @@ class JetStream:
             return self._direct_get(account, tokens, payload, reply)
         if not self.enabled_for(account):
             return self._reply(account, reply, kind, error=errors.NOT_ENABLED_FOR_ACCOUNT())
+        if tokens[:3] == ["CONSUMER", "MSG", "NEXT"]:
+            return self._next(account, tokens, payload, reply)
         try:
             body = json.loads(payload) if payload.strip() else {}
         except ValueError as exc:
@@ -276,12 +278,6 @@ class JetStream:
     # -- consumers -----------------------------------------------------------------------------
     def _consumer_request(self, account: Account, streams: dict[str, Stream], op: str,
                           tokens: list[str], body: Any, reply: bytes, kind: str) -> None:
-        if op == "CONSUMER.MSG":  # CONSUMER.MSG.NEXT.<stream>.<consumer>
-            target = streams.get(tokens[3]) if len(tokens) == 5 else None
-            consumer = target.consumers.get(tokens[4]) if target is not None else None
-            if consumer is not None:  # (a pull for no consumer: the reference says nothing)
-                consumer.request(reply.decode(), body)
-            return None
         at = 3 if op == "CONSUMER.DURABLE" else 2  # (CONSUMER.DURABLE.CREATE.<stream>...)
         stream = streams.get(tokens[at]) if len(tokens) > at else None
         if stream is None:
@@ -307,6 +303,7 @@ class JetStream:
             return self._reply(account, reply, kind, **self._consumer_info(consumer))
         if op == "CONSUMER.DELETE":
             del stream.consumers[name]
+            consumer.close()
             stream.forget_consumer(name)
             return self._reply(account, reply, kind, success=True)
         if op == "CONSUMER.PAUSE":
@@ -321,30 +318,26 @@ class JetStream:
                                pause_until="0001-01-01T00:00:00Z")
         raise errors.BAD_REQUEST()
 
+    def _next(self, account: Account, tokens: list[str], payload: bytes, reply: bytes) -> None:
+        """CONSUMER.MSG.NEXT.<stream>.<consumer>: a pull request, its body the consumer's to
+        read (a pull for no consumer: the reference says nothing)."""
+        stream = self.streams.get(account, {}).get(tokens[3]) if len(tokens) == 5 else None
+        consumer = stream.consumers.get(tokens[4]) if stream is not None else None
+        if consumer is not None:
+            consumer.request(reply.decode(), payload)
+
     def _create_consumer(self, account: Account, stream: Stream, op: str, tokens: list[str],
                          body: Any, reply: bytes, kind: str) -> None:
         if not isinstance(body, dict) or not isinstance(body.get("config"), dict):
             raise errors.CONSUMER_CONFIG_REQUIRED()
         raw = dict(body["config"])
-        if op == "CONSUMER.DURABLE":  # CONSUMER.DURABLE.CREATE.<stream>.<durable>
-            if len(tokens) != 5:
-                raise errors.CONSUMER_DURABLE_NAME_NOT_IN_SUBJECT()
-            name = tokens[4]
-            if raw.get("durable_name") and raw["durable_name"] != name:
-                raise errors.CONSUMER_DURABLE_NAME_NOT_MATCH_SUBJECT()
-            raw["durable_name"] = name
-        elif len(tokens) >= 4:  # CONSUMER.CREATE.<stream>.<name>[.<filter>]
-            name = tokens[3]
-            given = raw.get("name") or raw.get("durable_name")
-            if given and given != name:
-                raise errors.CONSUMER_CREATE_DURABLE_AND_NAME_MISMATCH()
-            raw["name"] = name
-            if len(tokens) > 4:
-                raw.setdefault("filter_subject", ".".join(tokens[4:]))
-        else:
-            name = raw.get("name") or raw.get("durable_name") or ephemeral_name()
-            if raw.get("name") or raw.get("durable_name"):
-                raw.setdefault("name", name)
+        name = _consumer_name(op, tokens, raw)
+        if body.get("stream_name") != stream.name:
+            raise errors.STREAM_MISMATCH()
+        if int(raw.get("num_replicas") or 0) > 1:
+            raise errors.STREAM_REPLICAS_NOT_SUPPORTED()
+        if not name:
+            name = ephemeral_name()
         config = normalize_consumer(raw)
         existing = stream.consumers.get(name)
         if existing is not None:
@@ -359,11 +352,32 @@ class JetStream:
         limit = stream.config.get("max_consumers", -1)
         if limit > 0 and len(stream.consumers) >= limit:
             raise errors.MAXIMUM_CONSUMERS_LIMIT()
-        consumer = Consumer(stream, name, config, self._sender(account),
-                            account.listened)
+        consumer = self._new_consumer(account, stream, name, config)
         stream.consumers[name] = consumer
         self._reply(account, reply, kind, **self._consumer_info(consumer))
         consumer.pump()
+
+    def _new_consumer(self, account: Account, stream: Stream, name: str,
+                      config: dict[str, Any]) -> Consumer:
+        """A consumer whose timers (its pull requests' expiry and heartbeats) run on the
+        server's loop at the time they are due."""
+        timer: list[Any] = [None]
+        loop = self.server.loop
+
+        def wake(when: float) -> None:
+            handle = timer[0]
+            if handle is not None:
+                if handle.when() <= when:
+                    return
+                handle.cancel()
+            timer[0] = loop.call_at(when, fire)
+
+        def fire() -> None:
+            timer[0] = None
+            consumer.on_timer()
+
+        consumer = Consumer(stream, name, config, self._sender(account), account.listened, wake)
+        return consumer
 
     def _consumer_info(self, consumer: Consumer) -> dict[str, Any]:
         from ..server.gojson import go_time
@@ -404,12 +418,7 @@ class JetStream:
             return
         what = consumer.ack(int(sseq), payload)
         if what == "ack" and payload.strip().startswith(b"+NXT") and reply:
-            rest = payload.strip()[4:].strip()
-            try:
-                body = json.loads(rest) if rest else 1
-            except ValueError:
-                body = 1
-            consumer.request(reply.decode(), body)
+            consumer.request(reply.decode(), payload.strip()[4:])
         elif reply:
             publish_internal(self.server, account, reply, b"")  # (a double ack's answer)
 
@@ -459,6 +468,8 @@ class JetStream:
     def _remove(self, account: Account, streams: dict[str, Stream], stream: Stream) -> None:
         self._unsubscribe(account, stream)
         del streams[stream.name]
+        for consumer in stream.consumers.values():
+            consumer.close()
         stream.destroy()
 
     # -- capture ------------------------------------------------------------------------------
@@ -561,6 +572,42 @@ def _next_for(store: Any, subject: str, seq: int) -> Any:
     for n in store.matching(seq, lambda found: subject_matches(subject, found)):
         return store.get(n)
     return None
+
+
+def _consumer_name(op: str, tokens: list[str], raw: dict[str, Any]) -> str:
+    """The name a consumer create names, from its subject's form and its configuration,
+    checked as the reference checks them (`raw` gets the name and a subject's filter);
+    empty for an ephemeral consumer."""
+    durable = raw.get("durable_name") or ""
+    filtered = ""
+    if op == "CONSUMER.DURABLE":  # CONSUMER.DURABLE.CREATE.<stream>.<durable>
+        if len(tokens) != 5:
+            raise errors.CONSUMER_DURABLE_NAME_NOT_IN_SUBJECT()
+        name = tokens[4]
+    elif len(tokens) >= 4:  # CONSUMER.CREATE.<stream>.<name>[.<filter>]
+        name = tokens[3]
+        filtered = ".".join(tokens[4:])
+    else:  # CONSUMER.CREATE.<stream>: the legacy ephemeral form
+        name = raw.get("name") or ""
+    if name and ("/" in name or "\\" in name):
+        raise errors.CONSUMER_NAME_CONTAINS_PATH_SEPARATORS()
+    if op == "CONSUMER.DURABLE":
+        if not durable:
+            raise errors.CONSUMER_DURABLE_NAME_NOT_SET()
+        if durable != name:
+            raise errors.CONSUMER_DURABLE_NAME_NOT_MATCH_SUBJECT()
+        raw["name"] = name
+    elif len(tokens) >= 4:
+        if durable and durable != name:
+            raise errors.CONSUMER_DURABLE_NAME_NOT_MATCH_SUBJECT()
+        raw["name"] = name
+    elif durable:
+        raise errors.CONSUMER_EPHEMERAL_WITH_DURABLE_NAME()
+    if filtered and raw.get("filter_subjects"):
+        raise errors.CONSUMER_MULTIPLE_FILTERS_NOT_ALLOWED()
+    if filtered and raw.get("filter_subject") != filtered:
+        raise errors.CONSUMER_CREATE_FILTER_SUBJECT_MISMATCH()
+    return name
 
 
 def _consumer_key(config: dict[str, Any]) -> dict[str, Any]:

@@ -88,25 +88,64 @@ class Pending:
 
 @dataclass
 class PullRequest:
+    """A waiting CONSUMER.MSG.NEXT (the reference's waitingRequest)."""
+
     reply: str
-    batch: int
+    batch: int  # messages it still takes
     expires: float  # monotonic deadline; 0: none
     no_wait: bool
-    max_bytes: int
+    max_bytes: int  # bytes it still takes; 0: no limit
     heartbeat: float = 0.0  # seconds between idle heartbeats while it waits; 0: none
-    last_sent: float = 0.0  # monotonic
+    next_heartbeat: float = 0.0  # monotonic
+    delivered: int = 0
+
+
+class BadRequest(ValueError):
+    """A pull request the reference answers with `400 Bad Request - <reason>`."""
+
+
+def parse_next(payload: bytes) -> tuple[int, int, bool, int, int]:
+    """A CONSUMER.MSG.NEXT's (batch, expires ns, no_wait, max_bytes, heartbeat ns): an empty
+    body is one message, a number that many, or a JSON request (as nextReqFromMsg)."""
+    import json
+
+    body = payload.strip()
+    if not body:
+        return 1, 0, False, 0, 0
+    if body[:1] != b"{":
+        return (int(body), 0, False, 0, 0) if body.lstrip(b"+-").isdigit() else (1, 0, False, 0, 0)
+    try:
+        req = json.loads(body)
+    except ValueError as exc:
+        raise BadRequest(exc.msg.lower()) from None
+    if not isinstance(req, dict):
+        raise BadRequest("json: cannot unmarshal into Go value of type JSApiConsumerGetNextRequest")
+    numbers = []
+    for field in ("batch", "expires", "max_bytes", "idle_heartbeat"):
+        value = req.get(field) or 0
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise BadRequest(f"json: cannot unmarshal {type(value).__name__} into Go struct "
+                             f"field JSApiConsumerGetNextRequest.{field}")
+        numbers.append(value)
+    batch, expires, max_bytes, heartbeat = numbers
+    if heartbeat > 0 and heartbeat * 2 > expires:
+        raise BadRequest("heartbeat value too large")
+    return batch, expires, bool(req.get("no_wait")), max_bytes, heartbeat
 
 
 class Consumer:
     """One consumer of a stream; `pump()` delivers what it can."""
 
     def __init__(self, stream: Any, name: str, config: dict[str, Any], send: Send,
-                 interest: Callable[[str], bool] = lambda subject: True) -> None:
+                 interest: Callable[[str], bool] = lambda subject: True,
+                 wake: Callable[[float], None] = lambda when: None) -> None:
         self.stream = stream
         self.name = name
         self.config = config
         self.send = send
-        self.interest = interest  # whether anyone listens to a subject (push: its target)
+        self.interest = interest  # whether anyone listens to a subject (a target, a reply)
+        self.wake = wake  # the caller calls on_timer() at this monotonic time (or soon after)
+        self._from_initial = False
         self.created = time.time_ns()
         self.durable = bool(config.get("durable_name"))
         self.filters = ([config["filter_subject"]] if config.get("filter_subject")
@@ -166,6 +205,7 @@ class Consumer:
         while self.initial:
             msg = store.get(self.initial.popleft())
             if msg is not None:
+                self._from_initial = True
                 return msg
         for seq in store.matching(self.next_seq, self.matches):
             msg = store.get(seq)
@@ -179,6 +219,15 @@ class Consumer:
         limit = self.config.get("max_ack_pending", -1)
         return self.redeliver or not (limit and limit > 0 and len(self.pending) >= limit)
 
+    def _unget(self, msg: StoredMsg) -> None:
+        """Put back what _next_message gave (no pull request could take it)."""
+        if msg.seq in self.pending:
+            self.redeliver.appendleft(msg.seq)
+        elif self._from_initial:
+            self.initial.appendleft(msg.seq)
+        else:
+            self.next_seq = msg.seq
+
     def pump(self) -> None:
         """Deliver what is there to whoever waits for it (pull) or to the deliver subject."""
         target = self.config.get("deliver_subject")
@@ -188,30 +237,72 @@ class Consumer:
         if target and not self.interest(target):
             return  # a push consumer delivers once someone listens
         sent = 0
-        while self._may_deliver():
-            request = None
-            if not target:
-                if not self.waiting:
-                    return
-                request = self.waiting[0]
+        end_of_stream = False
+        while self._may_deliver() and (target or self.waiting):
+            self._from_initial = False
             msg = self._next_message()
             if msg is None:
+                end_of_stream = True
                 break
-            self._deliver(msg, request.reply if request else target)
-            sent += 1
-            if request is not None:
-                request.batch -= 1
-                if request.batch <= 0:
-                    self.waiting.popleft()
+            ack, headers, data = self._delivery(msg)
+            if target:
+                self._deliver(msg, target, ack, headers, data)
+                sent += 1
+                continue
+            size = len(msg.subject) + len(ack) + len(headers or b"") + len(data)
+            request = self._next_waiting(size)
+            if request is None:
+                self._unget(msg)
+                break
+            self._deliver(msg, request.reply, ack, headers, data)
+            request.batch -= 1
+            request.delivered += 1
+            if request.batch <= 0:
+                self.waiting.remove(request)
+                if request.max_bytes > 0:
+                    self._status(request.reply, b"409 Batch Completed", _left(request))
+            elif request.heartbeat:
+                request.next_heartbeat = time.monotonic() + request.heartbeat
         if sent and target and self.config.get("flow_control"):
             # As the reference asks a push subscriber to show it keeps up (it answers on
             # the reply); tidings does not hold deliveries back for the answer.
             self.send(target, target, f"$JS.FC.{self.stream.name}.{self.name}."
                       f"{secrets.token_hex(4)}", b"NATS/1.0 100 FlowControl Request\r\n\r\n", b"")
-        # A no_wait request that found nothing more: 404 (or 408 if it had some).
-        while self.waiting and self.waiting[0].no_wait:
-            request = self.waiting.popleft()
+        if end_of_stream:
+            self._end_no_waits()
+
+    def _end_no_waits(self) -> None:
+        """No_wait requests end where the stream does, or when a timer of the waiting
+        requests fires (as the reference's, even when max_ack_pending held deliveries):
+        404; one with expires that got nothing yet waits on for its first message."""
+        for request in [r for r in self.waiting if r.no_wait and (not r.expires or r.delivered)]:
+            self.waiting.remove(request)
             self._status(request.reply, b"404 No Messages")
+
+    def _next_waiting(self, size: int) -> PullRequest | None:
+        """The pull request that takes a message of `size` bytes: the oldest not expired,
+        with room for it (one without is ended: 409) and whose requester still listens."""
+        now = time.monotonic()
+        while self.waiting:
+            request = self.waiting[0]
+            if request.expires and request.expires <= now:
+                self.waiting.popleft()
+                self._status(request.reply, b"408 Request Timeout", _left(request))
+                continue
+            if request.max_bytes:
+                if size > request.max_bytes:
+                    self.waiting.popleft()
+                    self._status(request.reply, b"409 Message Size Exceeds MaxBytes",
+                                 _left(request))
+                    continue
+                request.max_bytes -= size
+                if request.max_bytes == 0:
+                    request.batch = 1
+            if not self.interest(request.reply):
+                self.waiting.popleft()  # (nobody to take it: dropped without a word)
+                continue
+            return request
+        return None
 
     def paused_for(self) -> int:
         """Nanoseconds left of a pause (`pause_until`), 0 if not paused."""
@@ -231,32 +322,38 @@ class Consumer:
             self.config = {k: v for k, v in self.config.items() if k != "pause_until"}
             self.pump()
 
-    def _deliver(self, msg: StoredMsg, target: str) -> None:
-        cfg = self.config
+    def _delivery(self, msg: StoredMsg) -> tuple[str, bytes | None, bytes]:
+        """The ack reply, headers and payload a delivery of `msg` would carry."""
+        entry = self.pending.get(msg.seq)
+        if entry is not None:
+            cseq, count = entry.cseq, entry.deliveries + 1
+        else:
+            cseq, count = self.cseq + 1, 1
+        ack = (f"$JS.ACK.{self.stream.name}.{self.name}.{count}.{msg.seq}.{cseq}."
+               f"{msg.ts}.{self.num_pending()}")
+        headers, data = msg.headers, msg.data
+        if self.config.get("headers_only"):
+            size = f"Nats-Msg-Size: {len(data)}\r\n".encode()
+            headers = (headers[:-2] if headers else b"NATS/1.0\r\n") + size + b"\r\n"
+            data = b""
+        return ack, headers, data
+
+    def _deliver(self, msg: StoredMsg, target: str, ack: str, headers: bytes | None,
+                 data: bytes) -> None:
         entry = self.pending.get(msg.seq)
         if entry is not None:
             entry.deliveries += 1
             entry.ts = time.time_ns()
             self.redelivered += 1
-            cseq, count = entry.cseq, entry.deliveries
         else:
             self.cseq += 1
-            cseq, count = self.cseq, 1
-            if cfg["ack_policy"] != "none":
-                self.pending[msg.seq] = Pending(cseq, time.time_ns(), 1)
+            if self.config["ack_policy"] != "none":
+                self.pending[msg.seq] = Pending(self.cseq, time.time_ns(), 1)
             else:
-                self.ack_floor = (cseq, msg.seq)
+                self.ack_floor = (self.cseq, msg.seq)
                 self.stream.acked(msg.seq)
         self.dseq = max(self.dseq, msg.seq)
         self.last_active = time.time_ns()
-        ack = (f"$JS.ACK.{self.stream.name}.{self.name}.{count}.{msg.seq}.{cseq}."
-               f"{msg.ts}.{self.num_pending()}")
-        headers = msg.headers
-        data = msg.data
-        if cfg.get("headers_only"):
-            size = f"Nats-Msg-Size: {len(data)}\r\n".encode()
-            headers = (headers[:-2] if headers else b"NATS/1.0\r\n") + size + b"\r\n"
-            data = b""
         self.send(target, msg.subject, ack, headers, data)
         self.last_sent = time.monotonic()
 
@@ -265,18 +362,23 @@ class Consumer:
         consumer's when nothing was sent for `idle_heartbeat`."""
         now = time.monotonic()
         for request in self.waiting:
-            if request.heartbeat and now - request.last_sent >= request.heartbeat:
-                request.last_sent = now
-                self._status(request.reply, b"100 Idle Heartbeat")
+            if request.heartbeat and now >= request.next_heartbeat:
+                request.next_heartbeat = now + request.heartbeat
+                self._status(request.reply, b"100 Idle Heartbeat", self._last_headers())
         target = self.config.get("deliver_subject")
         every = self.config.get("idle_heartbeat")
-        if not target or not every or time.monotonic() - self.last_sent < every / NS:
+        if not target or not every or now - self.last_sent < every / NS:
             return
         if not self.interest(target):
             return
-        self.last_sent = time.monotonic()
-        last = (f"Nats-Last-Consumer: {self.cseq}\r\nNats-Last-Stream: {self.dseq}\r\n")
-        self._status(target, b"100 Idle Heartbeat", last.encode())
+        self.last_sent = now
+        self._status(target, b"100 Idle Heartbeat", self._last_headers())
+
+    def _last_headers(self) -> bytes:
+        """Where it is, as an idle heartbeat says it: its last consumer sequence and the
+        stream sequence it has looked at."""
+        return (f"Nats-Last-Consumer: {self.cseq}\r\n"
+                f"Nats-Last-Stream: {max(0, self.next_seq - 1)}\r\n").encode()
 
     def _status(self, reply: str, status: bytes, extra: bytes = b"") -> None:
         self.send(reply, reply, None, b"NATS/1.0 " + status + b"\r\n" + extra + b"\r\n", b"")
@@ -293,44 +395,81 @@ class Consumer:
         return len(self.initial) + sum(1 for _ in store.matching(start, self.matches))
 
     # -- pull requests ---------------------------------------------------------------------
-    def request(self, reply: str, body: Any) -> None:
-        """A CONSUMER.MSG.NEXT with its options (a number, a JSON object or nothing)."""
-        batch, expires, no_wait, max_bytes, heartbeat = 1, 0, False, 0, 0
-        if isinstance(body, int) and not isinstance(body, bool):
-            batch = body
-        elif isinstance(body, dict):
-            batch = int(body.get("batch") or 1)
-            expires = int(body.get("expires") or 0)
-            no_wait = bool(body.get("no_wait"))
-            max_bytes = int(body.get("max_bytes") or 0)
-            heartbeat = int(body.get("idle_heartbeat") or 0)
-        now = time.monotonic()
-        deadline = now + expires / NS if expires else 0.0
-        self.waiting.append(PullRequest(reply, max(1, batch), deadline, no_wait, max_bytes,
-                                        heartbeat / NS, now))
+    def request(self, reply: str, payload: bytes) -> None:
+        """A CONSUMER.MSG.NEXT: checked as the reference checks it (its 400/404/408/409
+        answers), then waiting until fulfilled or expired."""
+        cfg = self.config
+        if cfg.get("deliver_subject"):
+            return self._status(reply, b"409 Consumer is push based")
+        try:
+            batch, expires, no_wait, max_bytes, heartbeat = parse_next(payload)
+        except BadRequest as exc:
+            return self._status(reply, f"400 Bad Request - {exc}".encode())
+        refusal = self._request_limits(batch, expires, max_bytes)
+        if refusal:
+            return self._status(reply, refusal.encode())
+        if len(self.waiting) >= cfg.get("max_waiting", DEFAULT_MAX_WAITING):
+            self._expire_requests()
+            if len(self.waiting) >= cfg.get("max_waiting", DEFAULT_MAX_WAITING):
+                if not heartbeat:
+                    self._status(reply, b"409 Exceeded MaxWaiting")
+                return None
         self.last_active = time.time_ns()
+        if no_wait:
+            pending = self.num_pending() + len(self.redeliver)
+            if not pending and not expires:
+                return self._status(reply, b"404 No Messages")
+            if pending and pending < sum(r.batch for r in self.waiting):
+                return self._status(reply, b"408 Requests Pending")
+        now = time.monotonic()
+        request = PullRequest(reply, max(1, batch), now + expires / NS if expires else 0.0,
+                              no_wait, max(0, max_bytes), heartbeat / NS,
+                              now + heartbeat / NS)
+        self.waiting.append(request)
         self.pump()
+        if request in self.waiting:
+            self.wake(self.next_deadline())
+        return None
+
+    def _request_limits(self, batch: int, expires: int, max_bytes: int) -> str:
+        """The consumer's limits on a pull request (max_batch, max_expires, max_bytes)."""
+        from ..config.units import format_go_duration
+
+        cfg = self.config
+        if cfg.get("max_batch", 0) > 0 and batch > cfg["max_batch"]:
+            return f"409 Exceeded MaxRequestBatch of {cfg['max_batch']}"
+        if expires and cfg.get("max_expires", 0) > 0 and expires > cfg["max_expires"]:
+            return f"409 Exceeded MaxRequestExpires of {format_go_duration(cfg['max_expires'])}"
+        if max_bytes > 0 and cfg.get("max_bytes", 0) > 0 and max_bytes > cfg["max_bytes"]:
+            return f"409 Exceeded MaxRequestMaxBytes of {cfg['max_bytes']}"
+        return ""
 
     def _expire_requests(self) -> None:
         now = time.monotonic()
-        kept: deque[PullRequest] = deque()
-        for request in self.waiting:
-            if request.expires and request.expires <= now:
-                pending = f"Nats-Pending-Messages: {request.batch}\r\nNats-Pending-Bytes: 0\r\n"
-                self._status(request.reply, b"408 Request Timeout", pending.encode())
-            else:
-                kept.append(request)
-        self.waiting = kept
+        for request in [r for r in self.waiting if r.expires and r.expires <= now]:
+            self.waiting.remove(request)
+            self._status(request.reply, b"408 Request Timeout", _left(request))
 
     def next_deadline(self) -> float:
-        """The earliest monotonic time something is due (a request's expiry or an ack
-        wait), 0 if none."""
+        """The earliest monotonic time a waiting request is due (its expiry or its next
+        heartbeat), 0 if none."""
         times = [r.expires for r in self.waiting if r.expires]
-        wait = self.config.get("ack_wait")
-        if wait and self.pending:
-            oldest = next(iter(self.pending.values()))
-            times.append(time.monotonic() + max(0.0, (oldest.ts + wait - time.time_ns()) / NS))
+        times += [r.next_heartbeat for r in self.waiting if r.heartbeat]
         return min(times) if times else 0.0
+
+    def on_timer(self) -> None:
+        """What is due now: expired requests, heartbeats (then the next deadline asked)."""
+        self.pump()
+        self.heartbeat()
+        self._end_no_waits()
+        deadline = self.next_deadline()
+        if deadline:
+            self.wake(deadline)
+
+    def close(self) -> None:
+        """Deleted: each waiting request hears so (409 Consumer Deleted)."""
+        while self.waiting:
+            self._status(self.waiting.popleft().reply, b"409 Consumer Deleted")
 
     def tick(self) -> None:
         """Requests that expired, and messages whose ack wait passed (redelivered)."""
@@ -443,6 +582,12 @@ class Consumer:
             "num_waiting": len(self.waiting), "num_pending": self.num_pending(),
             **({"paused": True, "pause_remaining": left} if (left := self.paused_for()) else {}),
         }
+
+
+def _left(request: PullRequest) -> bytes:
+    """What a request still wanted, as the reference's status headers say it."""
+    return (f"Nats-Pending-Messages: {request.batch}\r\n"
+            f"Nats-Pending-Bytes: {request.max_bytes}\r\n").encode()
 
 
 def _nak_delay(rest: bytes) -> int:

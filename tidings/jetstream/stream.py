@@ -397,7 +397,7 @@ class Stream:
                 from ..config.units import format_go_duration
 
                 marker = (f"NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\nNats-TTL: "
-                          f"{format_go_duration(marker_ttl)}\r\nNats-Rollup: sub\r\n\r\n")
+                          f"{format_go_duration(marker_ttl * NS)}\r\nNats-Rollup: sub\r\n\r\n")
                 try:
                     self.publish(subject, marker.encode(), b"")
                     return
