@@ -270,6 +270,8 @@ class Endpoints:
         off."""
         if self.server.jetstream is not None:
             return dict(self.server.jetstream.monitor("jsz", opts))
+        if opts.get("leader_only"):  # (no JetStream leader here)
+            raise EndpointError("filtered response: not leader")
         return {"memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0,
                 "accounts": 0, "ha_assets": 0, "api": {"level": 0, "total": 0, "errors": 0},
                 "server_id": self.server.server_id, "now": rfc3339(time.time()),

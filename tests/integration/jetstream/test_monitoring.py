@@ -218,6 +218,20 @@ def test_jsz_refuses_what_the_reference_refuses(servers: dict[str, Server], quer
     assert answers["tidings"][0] == 400
 
 
+@pytest.mark.parametrize("query", ["", "?accounts=true", "?leader-only=true"])
+def test_jsz_without_jetstream(query: str) -> None:
+    servers = {"tidings": start_tidings(extra_args=["-m", "-1"], streaming=False),
+               "reference": start_reference(extra_args=["-m", "-1"])}
+    try:
+        answers = get_both(servers, "/jsz" + query)
+    finally:
+        for srv in servers.values():
+            srv.stop()
+    (code, ours), (ref_code, ref) = answers["tidings"], answers["reference"]
+    assert code == ref_code
+    assert text(ours) == text(ref)
+
+
 # -- /varz, /accountz ----------------------------------------------------------------------
 def test_varz_jetstream_block(servers: dict[str, Server]) -> None:
     answers = get_both(servers, "/varz")
