@@ -524,6 +524,13 @@ class JetStream:
         body.update(fields)
         publish_internal(self.server, account, reply, dumps(body))
 
+    def monitor(self, endpoint: str, options: dict[str, Any]) -> dict[str, Any]:
+        """What a monitoring endpoint says of JetStream (/jsz, an account's JSZ, /varz's
+        stats, /healthz's store check): monitor.py."""
+        from . import monitor
+
+        return monitor.answer(self, endpoint, options)
+
 
 def _operation(tokens: list[str]) -> tuple[str, str]:
     """(operation, stream name) of a request's subject tokens after `$JS.API.`:

@@ -1,9 +1,9 @@
 """What each monitoring endpoint answers (/varz, /connz, /subsz, /routez, /accountz,
-/accstatz, /healthz), produced once from its options as the reference names them in JSON
-(ConnzOptions' `acc`, `auth`, `state` ...), for the HTTP monitor (monitor.py, which turns a
-query into those options) and for the system account's requests (sysaccount.py, which
-decodes them from a request's body). An endpoint that refuses its options raises
-EndpointError with the reference's words.
+/accstatz, /healthz, /jsz: JetStream's parts asked of `server.jetstream`), produced once
+from its options as the reference names them in JSON (ConnzOptions' `acc`, `auth`, `state`
+...), for the HTTP monitor (monitor.py, which turns a query into those options) and for
+the system account's requests (sysaccount.py, which decodes them from a request's body).
+An endpoint that refuses its options raises EndpointError with the reference's words.
 
 Counters are true: messages the parser's fast path skipped (nobody listened) count in
 in_msgs/in_bytes, and connections that have closed still count in the server's totals (and
@@ -53,8 +53,8 @@ OPTIONS: dict[str, dict[str, str]] = {
                                                        "account_name": "string"},
     "leafz": {"subscriptions": "bool", "account": "string"},
     "jsz": {"account": "string", "accounts": "bool", "streams": "bool", "consumer": "bool",
-            "config": "bool", "leader_only": "bool", "offset": "int", "limit": "int",
-            "raft": "bool"},
+            "direct_consumer": "bool", "config": "bool", "leader_only": "bool",
+            "offset": "int", "limit": "int", "raft": "bool", "stream_leader_only": "bool"},
     "raftz": {"account": "string", "group": "string"},
 }
 
@@ -254,12 +254,36 @@ class Endpoints:
         js = self.server.options.jetstream
         if js is None or not js.enabled:
             return {}
-        from ..config.jetstream import API_LEVEL
+        if self.server.jetstream is not None:
+            stats = self.server.jetstream.monitor("stats", {})
+        else:
+            from ..config.jetstream import API_LEVEL
 
-        stats = {"memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0,
-                 "accounts": 0 if self.server.accounts.configured else 1, "ha_assets": 0,
-                 "api": {"level": API_LEVEL, "total": 0, "errors": 0}}
+            stats = {"memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0,
+                     "accounts": 0 if self.server.accounts.configured else 1, "ha_assets": 0,
+                     "api": {"level": API_LEVEL, "total": 0, "errors": 0}}
         return {"config": js.resolved.as_json(), "stats": stats, "limits": js.limits.as_json()}
+
+    # -- /jsz -----------------------------------------------------------------------------
+    def jsz(self, opts: dict[str, Any]) -> dict[str, Any]:
+        """The reference's JSInfo (jetstream/monitor.py's), or its answer with JetStream
+        off."""
+        if self.server.jetstream is not None:
+            return dict(self.server.jetstream.monitor("jsz", opts))
+        if opts.get("leader_only"):  # (no JetStream leader here)
+            raise EndpointError("filtered response: not leader")
+        return {"memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0,
+                "accounts": 0, "ha_assets": 0, "api": {"level": 0, "total": 0, "errors": 0},
+                "server_id": self.server.server_id, "now": rfc3339(time.time()),
+                "disabled": True, "config": {"max_memory": 0, "max_storage": 0},
+                "streams": 0, "consumers": 0, "messages": 0, "bytes": 0, "total": 0}
+
+    def jsz_account(self, name: str, opts: dict[str, Any]) -> dict[str, Any]:
+        """An account's JetStream (the reference's AccountDetail), for
+        `$SYS.REQ.ACCOUNT.<name>.JSZ`."""
+        if self.server.jetstream is None:
+            raise EndpointError("jetstream not enabled")
+        return dict(self.server.jetstream.monitor("account", {**opts, "account": name}))
 
     # -- /connz ---------------------------------------------------------------------------
     def connz(self, opts: dict[str, Any]) -> dict[str, Any]:
@@ -402,11 +426,13 @@ class Endpoints:
             raise EndpointError(f"Account {name} does not exist")
         system = account is s.accounts.system_account
         clients = self.clients(account)
+        js = s.jetstream
         info: dict[str, Any] = {
             "account_name": name,
             "update_time": rfc3339(self.created.get(name, s.started)),
             **({"is_system": True} if system else {}),
-            "expired": False, "complete": True, "jetstream_enabled": False,
+            "expired": False, "complete": True,
+            "jetstream_enabled": js is not None and bool(js.enabled_for(account)),
             "leafnode_connections": 0, "client_connections": len(clients),
             "subscriptions": account.sublist.count,
         }
@@ -416,6 +442,8 @@ class Endpoints:
         if exports:
             info["exports"] = exports
         imports = _imports(account, s.accounts) + system_imports(account, s.accounts.system_account)
+        if js is not None and not system:
+            imports.append(jetstream_import(s.accounts.system_account))
         if imports:
             info["imports"] = imports
         info["name_tag"] = name
@@ -441,13 +469,35 @@ class Endpoints:
 
     # -- /healthz -------------------------------------------------------------------------
     def healthz(self, opts: dict[str, Any]) -> dict[str, Any]:
-        if opts.get("stream") and not opts.get("account"):
-            text = '"account" must not be empty when checking stream health'
-            if opts.get("details"):
-                return {"status": "error", "status_code": 400,
-                        "errors": [{"type": "BAD_REQUEST", "error": text}]}
-            return {"status": "error", "status_code": 400, "error": text}
-        return {"status": "ok", "status_code": 200}
+        """The reference's HealthStatus: the options' checks, then JetStream's (on when
+        configured; `js-server-only` skips them, `js-enabled-only` stops at whether it
+        runs, else the store's streams, jetstream/monitor.py)."""
+        details = bool(opts.get("details"))
+        for thing, within in (("stream", "account"), ("consumer", "stream")):
+            if opts.get(thing) and not opts.get(within):
+                return health_failure(f'"{within}" must not be empty when checking {thing} '
+                                      "health", 400, details, status="error",
+                                      type="BAD_REQUEST")
+        configured = self.server.options.jetstream
+        if opts.get("js-server-only") or configured is None or not configured.enabled:
+            return {"status": "ok", "status_code": 200}
+        if self.server.jetstream is None:
+            return health_failure("JetStream not enabled (10076)", 503, details,
+                                  type="JETSTREAM")
+        if opts.get("js-enabled-only") or opts.get("js-enabled"):
+            return {"status": "ok", "status_code": 200}
+        return dict(self.server.jetstream.monitor("healthz", opts))
+
+
+def health_failure(text: str, code: int = 503, details: bool = False, status: str = "unavailable",
+                   errors: list[dict[str, Any]] | None = None, **where: str) -> dict[str, Any]:
+    """A failed /healthz as the reference's HealthStatus: with `details` (or `errors`) the
+    errors, each with its type and what it names (`where`: type, account, stream,
+    consumer), else `status` and the error's text."""
+    if details or errors:
+        return {"status": "error", "status_code": code,
+                "errors": errors or [{**where, "error": text}]}
+    return {"status": status, "status_code": code, "error": text}
 
 
 # -- items ---------------------------------------------------------------------------------
@@ -602,6 +652,15 @@ SYSTEM_EXPORTS = [
     {"subject": "$SYS.REQ.ACCOUNT.*.STATZ", "type": "service", "response_type": "Streamed"},
     {"subject": "$SYS.REQ.USER.*.INFO", "type": "service", "response_type": "Singleton"},
 ]
+
+
+def jetstream_import(system: Account) -> dict[str, Any]:
+    """With JetStream on, every account but the system account imports its API from the
+    system account, as the reference lists it (it serves the API there; tidings answers it
+    in each account)."""
+    return {"subject": "$JS.API.>", "account": system.name, "to": "$JS.API.>",
+            "local_subject": "$JS.API.>", "type": "service", "invalid": False,
+            "share": True, "tracking": False}
 
 
 def system_imports(account: Account, system: Account) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
 """nats-server's monitoring endpoints on `-m PORT`: /varz, /connz, /subsz, /routez, /healthz,
-/accountz, /accstatz, /metrics (Prometheus) and a page at / linking them, with the
+/accountz, /accstatz, /jsz, /metrics (Prometheus) and a page at / linking them, with the
 reference's field names and types (what dashboards and the Prometheus NATS exporter read).
 When streaming is embedded, its /streaming/* endpoints are served here too
 (`Server.monitor_routes`).
@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from .server import Server
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
-ENDPOINTS = ("varz", "connz", "routez", "subsz", "accountz", "accstatz", "healthz", "metrics")
+ENDPOINTS = ("varz", "connz", "routez", "subsz", "accountz", "accstatz", "jsz", "healthz",
+             "metrics")
 
 
 class Monitor:
@@ -135,6 +136,17 @@ class Monitor:
     async def accountz(self, request: web.Request) -> web.Response:
         return json_response(self.endpoints.accountz({"account": request.query.get("acc", "")}))
 
+    async def jsz(self, request: web.Request) -> web.Response:
+        """JetStream's numbers; its query's words as the reference's (`consumers`,
+        `direct-consumers`, `leader-only`, ...), each checked in its order."""
+        q = request.query
+        opts: dict[str, Any] = {"account": q.get("acc", "")}
+        for word in ("accounts", "streams", "consumers", "direct-consumers", "config",
+                     "offset", "limit", "leader-only", "raft", "stream-leader-only"):
+            key = _JSZ_KEYS.get(word, word.replace("-", "_"))
+            opts[key] = _go_int(q, word) if word in ("offset", "limit") else _flag(q, word)
+        return json_response(self.endpoints.jsz(opts))
+
     async def accstatz(self, request: web.Request) -> web.Response:
         return json_response(self.endpoints.accstatz(
             {"include_unused": _flag(request.query, "unused")}))
@@ -176,6 +188,27 @@ def _flag(query: Any, name: str) -> bool:
         return True
     raise EndpointError(f"Error decoding boolean for '{name}': strconv.ParseBool: parsing "
                         f'"{text}": invalid syntax')
+
+
+# The query's words for JSzOptions' fields whose JSON name differs.
+_JSZ_KEYS = {"consumers": "consumer", "direct-consumers": "direct_consumer"}
+
+
+def _go_int(query: Any, name: str) -> int:
+    """An integer query parameter as the reference reads it (Go's strconv.Atoi, refused
+    with its words)."""
+    text = query.get(name, "")
+    if not text:
+        return 0
+    digits = text[1:] if text[0] in "+-" else text
+    if not digits or not digits.isascii() or not digits.isdigit():
+        reason = "invalid syntax"
+    elif not -2**63 <= int(text) < 2**63:
+        reason = "value out of range"
+    else:
+        return int(text)
+    raise EndpointError(f"Error decoding int for '{name}': strconv.Atoi: parsing "
+                        f'"{text}": {reason}')
 
 
 def _int(query: Any, name: str) -> int:

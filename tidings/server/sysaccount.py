@@ -19,8 +19,8 @@ Requests, answered as the reference answers them (its ServerAPIResponse: `server
 request giving the endpoint's options in JSON (`{"acc": "A"}` for CONNZ):
 - `$SYS.REQ.SERVER.PING` and `$SYS.REQ.SERVER.PING.<X>` (every server) and
   `$SYS.REQ.SERVER.<id>.<X>` (this one) for X in IDZ, STATSZ, VARZ, CONNZ, SUBSZ, ROUTEZ,
-  ACCOUNTZ, HEALTHZ, and, for what tidings does not have, as the reference answers with the
-  feature off: GATEWAYZ, LEAFZ, JSZ, RAFTZ;
+  ACCOUNTZ, HEALTHZ, JSZ (JetStream's, or its answer with JetStream off), and, for what
+  tidings does not have, as the reference answers with the feature off: GATEWAYZ, LEAFZ, RAFTZ;
 - `$SYS.REQ.ACCOUNT.<acc>.<X>` for X in CONNZ, SUBSZ, INFO, STATZ, CONNS, LEAFZ, JSZ, and
   `$SYS.REQ.ACCOUNT.PING.STATZ`;
 - from any account, as the reference imports them into each: `$SYS.REQ.SERVER.PING.CONNZ`
@@ -355,7 +355,10 @@ class SystemAccount:
         info["ver"] = s.info_fields().get("version", "")
         if s.options.tags:
             info["tags"] = list(s.options.tags)
-        info.update(jetstream=False, flags=0, seq=self.seq, time=go_time(time.time()))
+        # With JetStream: its flag, and the reference's capability flags (JetStream,
+        # binary stream snapshots, NRG traffic in accounts: 7).
+        js = s.jetstream is not None
+        info.update(jetstream=js, flags=7 if js else 0, seq=self.seq, time=go_time(time.time()))
         return info
 
     def interested(self, subject: str, account: Account | None = None,
@@ -637,9 +640,15 @@ class SystemAccount:
             "GATEWAYZ": lambda o: {"server_id": sid, "now": _now(), "outbound_gateways": {},
                                    "inbound_gateways": {}},
             "LEAFZ": lambda o: _leafz(sid),
-            "JSZ": lambda o: _jsz_disabled(sid),
+            "JSZ": self._jsz,
             "RAFTZ": lambda o: {},
         }
+
+    def _jsz(self, opts: dict[str, Any]) -> Any:
+        """JSZ; with JetStream off, `leader_only` is not answered (no leader here)."""
+        if self.server.jetstream is None and opts.get("leader_only"):
+            raise Skip
+        return self.endpoints.jsz(opts)
 
     def _account_request(self, name: str) -> Answer:
         """`$SYS.REQ.ACCOUNT.<acc>.<name>` in the system account: for the subject's account."""
@@ -663,7 +672,7 @@ class SystemAccount:
         if name == "LEAFZ":
             return _leafz(sid)
         if name == "JSZ":
-            raise EndpointError("jetstream not enabled")
+            return e.jsz_account(acc, opts)
         if name == "STATZ":
             if acc == "PING":
                 raise Skip
@@ -734,15 +743,6 @@ def _now() -> str:
 def _leafz(sid: str) -> dict[str, Any]:
     """LEAFZ as the reference answers it without leaf nodes."""
     return {"server_id": sid, "now": _now(), "leafnodes": 0, "leafs": []}
-
-
-def _jsz_disabled(sid: str) -> dict[str, Any]:
-    """JSZ as the reference answers it with JetStream off."""
-    return {"memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0,
-            "accounts": 0, "ha_assets": 0, "api": {"level": 0, "total": 0, "errors": 0},
-            "server_id": sid, "now": _now(), "disabled": True,
-            "config": {"max_memory": 0, "max_storage": 0}, "streams": 0, "consumers": 0,
-            "messages": 0, "bytes": 0, "total": 0}
 
 
 def _subjects(entries: Any) -> list[str] | None:
