@@ -37,6 +37,7 @@ if str(ROOT) not in sys.path:  # runnable from a checkout without installing the
 from rich.console import Console  # noqa: E402
 
 from benchmarks.compare import (  # noqa: E402
+    NOISY,
     REFERENCE,
     TIDINGS,
     Check,
@@ -238,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
               f"file storage; the sync-always rows: tidings with `jetstream {{ sync_interval: "
               f"always }}` against the reference's default; srv cpu = server CPU in % of one "
               f"core; {os.cpu_count()} cpus; {time.monotonic() - started:.0f} s in all[/dim]")
+    noise = max((v.other_cpu_max for v in verdicts if v.other_cpu_max is not None), default=0.0)
+    if noise > NOISY:
+        out.print(f"[yellow]warning: other processes used up to {noise * 100:.0f}% of a core during "
+                  f"the runs; on a busy machine the ratios are less reliable[/yellow]")
     if args.json:
         write_json(args.json, {
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
