@@ -6,7 +6,7 @@ RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 SOURCES := pyproject.toml setup.py tidings/protocol/_speedups.c
 
-.PHONY: run test lint bench bench-hardening bench-spark pipeline-demo clean
+.PHONY: run test lint bench bench-js bench-hardening bench-spark pipeline-demo clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,8 +37,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
+# The core workloads, then JetStream's (benchmarks/jetstream.py; alone: make bench-js).
 bench: $(STAMP)
 	$(PY) benchmarks/compare.py
+	$(PY) benchmarks/jetstream.py
+
+bench-js: $(STAMP)
+	$(PY) benchmarks/jetstream.py
 
 bench-hardening: $(STAMP)
 	$(PY) benchmarks/hardening.py

