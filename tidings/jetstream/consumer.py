@@ -154,6 +154,7 @@ class Consumer:
         self.dseq = 0  # stream sequence of the last delivery
         self.initial: deque[int] = deque()  # last_per_subject: those first, in order
         self.next_seq = self._start_seq()
+        self._npc: int | None = None  # messages from next_seq on it takes (None: count again)
         self.pending: OrderedDict[int, Pending] = OrderedDict()  # stream seq -> Pending
         self.redeliver: deque[int] = deque()
         self.ack_floor = (0, 0)  # (consumer seq, stream seq)
@@ -211,6 +212,8 @@ class Consumer:
             msg = store.get(seq)
             if msg is not None:
                 self.next_seq = seq + 1
+                if self._npc is not None:
+                    self._npc -= 1
                 return msg
         self.next_seq = max(self.next_seq, store.last_seq + 1)
         return None
@@ -227,6 +230,8 @@ class Consumer:
             self.initial.appendleft(msg.seq)
         else:
             self.next_seq = msg.seq
+            if self._npc is not None:
+                self._npc += 1
 
     def pump(self) -> None:
         """Deliver what is there to whoever waits for it (pull) or to the deliver subject."""
@@ -385,14 +390,36 @@ class Consumer:
 
     def num_pending(self) -> int:
         """Messages it would still deliver: the rest of a last-per-subject start, and
-        from its next sequence on."""
+        from its next sequence on (counted once, then kept up to date as messages are
+        stored, delivered and removed)."""
+        if self._npc is None:
+            self._npc = self._count_pending()
+        return self._npc + len(self.initial)
+
+    def _count_pending(self) -> int:
         store = self.stream.store
         start = max(self.next_seq, store.first_seq)
         if start > store.last_seq:
-            return len(self.initial)
+            return 0
         if not self.filters and start == store.first_seq:
-            return int(store.count) + len(self.initial)
-        return len(self.initial) + sum(1 for _ in store.matching(start, self.matches))
+            return int(store.count)
+        if start == store.first_seq and len(store.subjects) < store.count:
+            return sum(n for subject, n in store.subjects.items() if self.matches(subject))
+        return sum(1 for _ in store.matching(start, self.matches))
+
+    def stored(self, seq: int, subject: str) -> None:
+        """The stream stored a message."""
+        if self._npc is not None and seq >= self.next_seq and self.matches(subject):
+            self._npc += 1
+
+    def removed(self, seq: int, subject: str) -> None:
+        """The stream removed a message (limits, expiry, a delete, a purge)."""
+        if self._npc is not None and seq >= self.next_seq and self.matches(subject):
+            self._npc -= 1
+
+    def recount(self) -> None:
+        """Count what is pending again when next asked (the stream was purged)."""
+        self._npc = None
 
     # -- pull requests ---------------------------------------------------------------------
     def request(self, reply: str, payload: bytes) -> None:
@@ -558,6 +585,7 @@ class Consumer:
         self.created = int(state.get("created") or self.created)
         self.cseq, self.dseq = (int(x) for x in state["delivered"])
         self.next_seq = int(state.get("next") or self.dseq + 1)
+        self._npc = None
         self.ack_floor = (int(state["ack_floor"][0]), int(state["ack_floor"][1]))
         self.redelivered = int(state.get("redelivered") or 0)
         now = time.time_ns()

@@ -236,9 +236,12 @@ class FileStore(StoreLimits):
             return False
         blk, i = found
         self._append(blk, encode(TBIT | seq, 0, b"", None, b""))
+        subject = self._names[blk.sids[i]]
         self._forget(blk, i)
         if seq == self.first_seq:
             self._advance_first()
+        if self.on_remove is not None and subject is not None:
+            self.on_remove(seq, subject)
         if blk is not self._blocks[-1]:
             if blk.live == 0:
                 self._drop_block(blk)

@@ -7,7 +7,9 @@ payload, and 16 bytes more. Pure data structure: no asyncio, no I/O.
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -35,6 +37,7 @@ class StoreLimits:
     bytes: int
     first_seq: int
     last_seq: int
+    on_remove: Callable[[int, str], None] | None = None  # told of each message removed
 
     @property
     def count(self) -> int:
@@ -82,6 +85,7 @@ class MemoryStore(StoreLimits):
     def __init__(self, first_seq: int = 1) -> None:
         self.msgs: dict[int, StoredMsg] = {}
         self.subjects: dict[str, int] = {}  # subject -> messages on it
+        self._seqs: dict[str, deque[int]] = {}  # subject -> its sequences, in order
         self.bytes = 0
         self.first_seq = first_seq
         self.last_seq = first_seq - 1
@@ -95,6 +99,10 @@ class MemoryStore(StoreLimits):
         self.msgs[seq] = msg
         self.last_seq, self.last_ts = seq, msg.ts
         self.subjects[subject] = self.subjects.get(subject, 0) + 1
+        seqs = self._seqs.get(subject)
+        if seqs is None:
+            seqs = self._seqs[subject] = deque()
+        seqs.append(seq)
         self.bytes += msg.size
         if len(self.msgs) == 1:
             self.first_seq = seq
@@ -108,10 +116,20 @@ class MemoryStore(StoreLimits):
         left = self.subjects[msg.subject] - 1
         if left:
             self.subjects[msg.subject] = left
+            seqs = self._seqs[msg.subject]
+            if seqs[0] == seq:
+                seqs.popleft()
+            elif seqs[-1] == seq:
+                seqs.pop()
+            else:
+                seqs.remove(seq)
         else:
             del self.subjects[msg.subject]
+            del self._seqs[msg.subject]
         if seq == self.first_seq:
             self._advance_first()
+        if self.on_remove is not None:
+            self.on_remove(seq, msg.subject)
         return True
 
     def _advance_first(self) -> None:
@@ -128,6 +146,7 @@ class MemoryStore(StoreLimits):
         count = len(self.msgs)
         self.msgs.clear()
         self.subjects.clear()
+        self._seqs.clear()
         self.bytes = 0
         self.first_seq = self.last_seq + 1
         return count
@@ -135,7 +154,7 @@ class MemoryStore(StoreLimits):
     # -- limits (StoreLimits) ---------------------------------------------------------------
     def oldest_on(self, subject: str, n: int) -> list[int]:
         """The `n` oldest sequences on `subject`."""
-        return [s for s, m in self.msgs.items() if m.subject == subject][:n]
+        return list(itertools.islice(self._seqs.get(subject, ()), n))
 
     def first_ts(self) -> int:
         return self.msgs[self.first_seq].ts
@@ -151,13 +170,8 @@ class MemoryStore(StoreLimits):
 
     def last_for(self, subject: str) -> StoredMsg | None:
         """The last message on `subject`."""
-        if subject not in self.subjects:
-            return None
-        for seq in range(self.last_seq, self.first_seq - 1, -1):
-            msg = self.msgs.get(seq)
-            if msg is not None and msg.subject == subject:
-                return msg
-        return None
+        seqs = self._seqs.get(subject)
+        return self.msgs[seqs[-1]] if seqs else None
 
     @property
     def count(self) -> int:

@@ -210,6 +210,7 @@ class Stream:
         self.msg_ids: OrderedDict[str, tuple[int, int]] = OrderedDict()  # id -> (seq, ts)
         self.subs: list[Any] = []  # its subscriptions in the account (api.py)
         self.consumers: dict[str, Any] = {}  # name -> consumer.Consumer
+        self.store.on_remove = self._removed
         self.ttls: list[tuple[int, int]] = []  # heap of (expiry ns, seq): Nats-TTL's
         self.never: set[int] = set()  # sequences whose Nats-TTL says never (max_age aside)
 
@@ -322,6 +323,8 @@ class Stream:
             msg = store.store(subject, headers, data)
         except OSError as exc:  # (a full disk: nothing was stored)
             raise errors.STREAM_STORE_FAILED(err=str(exc)) from None
+        for consumer in self.consumers.values():
+            consumer.stored(msg.seq, subject)
         store.enforce(cfg["max_msgs"], cfg["max_bytes"], 0, cfg["max_msgs_per_subject"], subject)
         if ttl > 0:
             heapq.heappush(self.ttls, (msg.ts + ttl * NS, msg.seq))
@@ -429,6 +432,8 @@ class Stream:
         or all but the last `keep`; how many went. A plain purge keeps the sequence."""
         store = self.store
         if subject is None and not upto and not keep:
+            for consumer in self.consumers.values():
+                consumer.recount()
             return int(store.purge())
         from ..protocol.subjects import subject_matches
 
@@ -441,6 +446,10 @@ class Stream:
         for seq in chosen:
             store.remove(seq)
         return len(chosen)
+
+    def _removed(self, seq: int, subject: str) -> None:
+        for consumer in self.consumers.values():
+            consumer.removed(seq, subject)
 
     def acked(self, seq: int) -> None:
         """A consumer is done with message `seq`: a work queue forgets it; an interest
