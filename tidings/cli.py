@@ -29,11 +29,9 @@ def _setup_logging(quiet: bool, debug: bool, trace: bool = False, logtime: bool 
 
 
 def _cmd_server(args: argparse.Namespace) -> int:
-    from .server.allocator import giving_back, keep_freed_memory
-    from .server.server import NATS_VERSION, install_uvloop
-
     if args.version:
         from . import __version__
+        from .server.server import NATS_VERSION
 
         print(f"tidings-server: v{__version__} (nats-server v{NATS_VERSION} protocol)")
         return 0
@@ -53,8 +51,23 @@ def _cmd_server(args: argparse.Namespace) -> int:
             raise ValueError("-t needs a configuration file (-c FILE)")
         print(f"tidings-server: configuration file {args.config} is valid")
         return 0
+    start_logging(options)
+    return serve(args, options, conf)
+
+
+def start_logging(options: ServerOptions) -> None:
+    """Logging as the server's options say (-D, -V, -T, -l, ...)."""
     _setup_logging(options.no_log, options.debug, options.trace, options.logtime,
                    options.log_file, options.log_size_limit)
+
+
+def serve(args: argparse.Namespace, options: ServerOptions, conf: dict[str, Any]) -> int:
+    """Run a node (and its embedded streaming server unless --no_streaming) until stopped;
+    `conf` is the configuration file's top level (its `streaming {}` block), `args` the
+    command line (the streaming flags, the file to reload)."""
+    from .server.allocator import giving_back, keep_freed_memory
+    from .server.server import install_uvloop
+
     install_uvloop()
     give_back = keep_freed_memory()
     sopts = None
@@ -74,8 +87,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
             from .config.server import load_server_config
 
             new = options_from_args(args, load_server_config(args.config)[0])
-            _setup_logging(new.no_log, new.debug, new.trace, new.logtime, new.log_file,
-                           new.log_size_limit)
+            start_logging(new)
             return new
 
     async def main() -> None:
@@ -215,6 +227,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         bench_cli.configure(bench)
         bench.set_defaults(func=bench_cli.run)
 
+    link = commands.add_parser(
+        "nats-server-link", help="make DIR/nats-server: tidings as a drop-in nats-server",
+        description="Make DIR/nats-server, a link to this `tidings` command: started under "
+        "that name, tidings is `tidings server --no_streaming` with nats-server's flags, log "
+        "lines and messages, for test launchers that run `nats-server` from PATH.")
+    link.add_argument("directory", help="where to put the link (made if missing)")
+    link.add_argument("--force", action="store_true", help="replace a DIR/nats-server there")
+    link.set_defaults(func=_cmd_link)
+
     help_text = "windowed aggregates of JSON events on Spark (tidings[spark])"
     if command in (None, "pipeline"):
         from .spark import pipeline as pipeline_cli
@@ -229,7 +250,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
+def _cmd_link(args: argparse.Namespace) -> int:
+    from .dropin import link
+
+    made = link(args.directory, force=args.force)
+    print(f"{made} -> {os.readlink(made)}")
+    return 0
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
     """What a user's input or environment causes (a port in use, a bad path or address, a
     refused option, a server that cannot be reached): a message, never a traceback."""
     from .client.errors import Error as ClientError
@@ -266,18 +295,29 @@ def _go_style_unknown(name: str, switches: set[str]) -> bool:
     return not all(f"-{c}" in switches for c in word)
 
 
+def go_style_args(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`go_style` with the flags and switches of `parser`."""
+    flags = parser._option_string_actions
+    switches = {o for o, a in flags.items() if len(o) == 2 and a.nargs == 0}
+    return go_style(argv, set(flags), switches)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The `tidings` command; started under the name `nats-server` (a link), the drop-in."""
+    if argv is None:
+        from . import dropin
+
+        if dropin.started_as_nats_server():
+            return dropin.main(sys.argv[1:])
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv[0] if argv and not argv[0].startswith("-") else None)
     if argv and argv[0] == "server":
         server = parser._subparsers._group_actions[0].choices["server"]  # type: ignore[union-attr]
-        flags = server._option_string_actions
-        switches = {o for o, a in flags.items() if len(o) == 2 and a.nargs == 0}
-        argv = ["server", *go_style(argv[1:], set(flags), switches)]
+        argv = ["server", *go_style_args(server, argv[1:])]
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except _user_errors() as exc:
+    except user_errors() as exc:
         if getattr(args, "debug", False):
             logging.getLogger("tidings").exception("%s failed", args.command)
         return report(f"{parser.prog} {_command(args)}", describe(exc), exc)
