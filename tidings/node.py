@@ -53,14 +53,20 @@ class Node:
 
             server.cluster = Cluster(server)
             server.plug(server.cluster)
-        await server.start(announce=self.streaming_options is None)
+        await server.start(announce=False)
         self.server = server
         jetstream = getattr(self.options, "jetstream", None)
         if jetstream is not None and jetstream.enabled:
             from .jetstream.api import JetStream
 
             server.jetstream = JetStream(server)
-            server.jetstream.start()
+            try:
+                server.jetstream.start()
+            except OSError:
+                server.jetstream = None
+                self.server = None
+                await server.shutdown()
+                raise
         if core_started is not None:
             core_started(server)
         if self.streaming_options is not None:
@@ -70,8 +76,8 @@ class Node:
                 self.server = None
                 await server.shutdown()
                 raise
-            log.info("Server is ready")  # only once everything started
         server.ports_file.write()
+        log.info("Server is ready")  # only once everything started, its ports file written
         return server
 
     async def _start_streaming(self, core: Server) -> Any:

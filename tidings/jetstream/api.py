@@ -56,6 +56,12 @@ class JetStream:
         self._ticks = 0
 
     def start(self) -> None:
+        """Serve the accounts' `$JS.API`; OSError ("Can't start JetStream: ...") when the
+        store directory cannot be made or written, as the reference refuses to start."""
+        try:
+            _prepare_store_dir(self.config.store_dir)
+        except OSError as exc:
+            raise OSError(f"Can't start JetStream: {exc}") from None
         self.server.accounts.watch(self._account_added)
         self._timer = self.server.loop.call_later(TICK, self._tick)
         self._last_sync = time.monotonic()
@@ -530,6 +536,32 @@ class JetStream:
         from . import monitor
 
         return monitor.answer(self, endpoint, options)
+
+
+def _prepare_store_dir(path: str) -> None:
+    """The store directory made if missing, else checked to be a writable directory (the
+    reference's words for each refusal)."""
+    import stat
+    import tempfile
+
+    try:
+        mode: int | None = os.stat(path).st_mode
+    except FileNotFoundError:
+        try:
+            os.makedirs(path, mode=0o750, exist_ok=True)
+        except OSError as exc:
+            raise OSError(f"could not create storage directory - {exc}") from None
+        return
+    except OSError:
+        mode = None
+    if mode is None or not stat.S_ISDIR(mode):
+        raise OSError("storage directory is not a directory")
+    try:
+        fd, name = tempfile.mkstemp(prefix="_test_", dir=path)
+    except OSError:
+        raise OSError("storage directory is not writable") from None
+    os.close(fd)
+    os.unlink(name)
 
 
 def _operation(tokens: list[str]) -> tuple[str, str]:

@@ -527,3 +527,24 @@ async def test_last_per_subject_deliveries_count_down_what_is_pending(nc: Client
         assert [m.metadata.num_pending for m in got] == [2, 1, 0]
     finally:
         await js.delete_stream("LPSP")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_store_directory_is_made_at_start_or_refused(kind: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    store = tmp_path / "sd"
+    start = start_tidings if kind == "tidings" else start_reference
+    srv = start(extra_args=["-js", "-sd", str(store)])
+    try:
+        assert (store / "jetstream").is_dir()  # made at start, before any stream
+    finally:
+        srv.stop()
+    (tmp_path / "file").write_text("")
+    command = ([sys.executable, "-m", "tidings", "server", "--no_streaming"]
+               if kind == "tidings" else [str(Path(sys.executable).parent / "nats-server")])
+    done = subprocess.run([*command, "-p", "-1", "-js", "-sd", str(tmp_path / "file")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "Can't start JetStream: storage directory is not a directory" in done.stderr
