@@ -123,6 +123,44 @@ class AccountLimits:
     max_leafnodes: int = -1
 
 
+@dataclass(frozen=True)
+class JetStreamLimits:
+    """An account's JetStream limits (-1: none), as its `jetstream { }` map sets them."""
+
+    max_memory: int = -1
+    max_storage: int = -1
+    max_streams: int = -1
+    max_consumers: int = -1
+    max_ack_pending: int = -1
+    memory_max_stream_bytes: int = -1
+    storage_max_stream_bytes: int = -1
+    max_bytes_required: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        """The `limits` of an account info response."""
+        return {"max_memory": self.max_memory, "max_storage": self.max_storage,
+                "max_streams": self.max_streams, "max_consumers": self.max_consumers,
+                "max_ack_pending": self.max_ack_pending,
+                "memory_max_stream_bytes": self.memory_max_stream_bytes,
+                "storage_max_stream_bytes": self.storage_max_stream_bytes,
+                "max_bytes_required": self.max_bytes_required}
+
+
+_JS_LIMIT_KEYS = {
+    "max_memory": "max_memory", "max_mem": "max_memory", "mem": "max_memory",
+    "memory": "max_memory", "max_store": "max_storage", "max_file": "max_storage",
+    "max_disk": "max_storage", "store": "max_storage", "disk": "max_storage",
+    "max_streams": "max_streams", "streams": "max_streams",
+    "max_consumers": "max_consumers", "consumers": "max_consumers",
+    "mem_max_stream_bytes": "memory_max_stream_bytes",
+    "memory_max_stream_bytes": "memory_max_stream_bytes",
+    "disk_max_stream_bytes": "storage_max_stream_bytes",
+    "store_max_stream_bytes": "storage_max_stream_bytes",
+    "max_ack_pending": "max_ack_pending",
+}
+_JS_REQUIRED_KEYS = ("max_bytes_required", "max_stream_bytes", "max_bytes")
+
+
 @dataclass
 class AccountConfig:
     name: str
@@ -131,7 +169,8 @@ class AccountConfig:
     imports: list[StreamImport | ServiceImport] = field(default_factory=list)
     limits: AccountLimits = AccountLimits()
     default_permissions: Permissions | None = None
-    jetstream: bool = False  # `jetstream: enabled` (its limits are not built yet)
+    jetstream: bool = False  # `jetstream: enabled`, or a map of limits
+    jetstream_limits: JetStreamLimits = field(default_factory=lambda: JetStreamLimits())
 
 
 # -- errors --------------------------------------------------------------------------------
@@ -266,7 +305,9 @@ def _account(block: Section, name: str, value: Any, changes: dict[str, Any],
         elif lower == "exports":
             account.exports = _exports(value, key, item)
         elif lower == "jetstream":
-            account.jetstream = _jetstream(value, key, item)
+            limits = _jetstream(value, key, item)
+            account.jetstream = limits is not None
+            account.jetstream_limits = limits or JetStreamLimits()
         elif lower == "users":
             users_key, users = key, parse_users(value, key, item, set())
         elif lower == "default_permissions":
@@ -304,19 +345,41 @@ def _add_users(block: Section, key: str, users: list[Any], account: AccountConfi
                                   permissions=user.permissions or account.default_permissions))
 
 
-def _jetstream(block: Section, key: str, value: Any) -> bool:
-    """JetStream in an account: on or off; its limits (a map) are refused by name."""
+def _jetstream(block: Section, key: str, value: Any) -> JetStreamLimits | None:
+    """JetStream in an account: off (None), on without limits, or on with the limits of a
+    map (the reference's keys and messages)."""
     if isinstance(value, bool):
-        return value
+        return JetStreamLimits() if value else None
     if isinstance(value, str):
         word = value.lower()
         if word in ("disabled", "disable"):
-            return False
+            return None
         if word in ("enabled", "enable"):
-            return True
+            return JetStreamLimits()
         raise _at(block.where(key),
                   f"Expected 'enabled' or 'disabled' for string value, got '{value}'")
-    raise _not_yet(block, key, "JetStream limits of an account are")
+    if not isinstance(value, dict):
+        raise _at(block.where(key), "Expected map, bool or string to define JetStream, got "
+                  f"{_go_type(value)}")
+    fields: dict[str, Any] = {}
+    for k, lower, item in _entries(value):
+        if lower in _JS_LIMIT_KEYS:
+            if isinstance(item, bool) or not isinstance(item, int):
+                raise _at(_key(value, k), f"Expected a parseable size for {_q(k)}, got "
+                          f"{_go_value(item)}")
+            fields[_JS_LIMIT_KEYS[lower]] = item
+        elif lower in _JS_REQUIRED_KEYS:
+            if not isinstance(item, bool):
+                raise _at(_key(value, k), f"Expected a parseable bool for {_q(k)}, got "
+                          f"{_go_value(item)}")
+            fields["max_bytes_required"] = item
+        elif lower == "cluster_traffic":
+            if item not in ("system", "owner", ""):
+                raise _at(_key(value, k), "Expected 'system' or 'owner' string value for "
+                          f"{_q(k)}, got {_go_value(item)}")
+        else:
+            _unknown(value, k)
+    return JetStreamLimits(**fields)
 
 
 def _limits(block: Section, key: str, value: Any) -> AccountLimits:

@@ -15,8 +15,9 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..config.accounts import JetStreamLimits
 from ..server.accounts import Account, publish_internal, subscribe_internal
-from . import errors
+from . import errors, limits
 from .consumer import Consumer, ephemeral_name
 from .consumer import normalize as normalize_consumer
 from .errors import ApiError
@@ -38,6 +39,7 @@ log = logging.getLogger("tidings.jetstream")
 API_PREFIX = "$JS.API."
 NAMES_LIMIT = 1024
 LIST_LIMIT = 256
+SUBJECT_DETAILS_LIMIT = 100_000
 TICK = 0.1  # seconds between looks at pull requests' expiry and ack waits
 SAVE_EVERY = 10  # ticks between saves of durable consumers' positions (and at shutdown)
 
@@ -47,8 +49,9 @@ class JetStream:
     def __init__(self, server: Server) -> None:
         self.server = server
         self.streams: dict[Account, dict[str, Stream]] = {}
-        self.total = 0
+        self.total = 0  # API requests answered (the server's; by account in api_counts)
         self.errors = 0
+        self.api_counts: dict[Account, list[int]] = {}  # account -> [total, errors]
         self.subs: list[tuple[Account, Any]] = []
         self._timer: Any = None
         self.config = server.options.jetstream.resolved  # type: ignore[union-attr]
@@ -157,6 +160,15 @@ class JetStream:
         sub = subscribe_internal(self.server.accounts, account, b"$JS.API.>",
                                  lambda *a: self._request(account, *a), routed=False)
         self.subs.append((account, sub))
+        if self.config.domain:  # $JS.<domain>.API.> is $JS.API.> (from other domains)
+            prefix = f"$JS.{self.config.domain}.API.".encode()
+
+            def in_domain(subject: bytes, *rest: Any) -> None:
+                self._request(account, b"$JS.API." + subject[len(prefix):], *rest)
+
+            sub = subscribe_internal(self.server.accounts, account, prefix + b">", in_domain,
+                                     routed=False)
+            self.subs.append((account, sub))
         sub = subscribe_internal(self.server.accounts, account, b"$JS.ACK.>",
                                  lambda *a: self._ack(account, *a), routed=False)
         self.subs.append((account, sub))
@@ -168,7 +180,6 @@ class JetStream:
                  headers: bytes | None, payload: bytes) -> None:
         if not reply:
             return
-        self.total += 1
         name = subject.decode(errors="replace")[len(API_PREFIX):]
         tokens = name.split(".")
         kind = _type_of(tokens)
@@ -193,7 +204,7 @@ class JetStream:
         kind = _type_of(tokens)
         op, name = _operation(tokens)
         if op == "INFO" and len(tokens) == 1:
-            return self._reply(account, reply, kind, **self._account_info(streams))
+            return self._reply(account, reply, kind, **self._account_info(account, streams))
         if op.startswith("CONSUMER."):
             return self._consumer_request(account, streams, op, tokens, body, reply, kind)
         if op == "STREAM.NAMES":
@@ -217,8 +228,7 @@ class JetStream:
         if stream is None:
             raise errors.STREAM_NOT_FOUND()
         if op == "STREAM.INFO":
-            return self._reply(account, reply, kind, total=0, offset=0, limit=0,
-                               **stream.info())
+            return self._stream_info(account, stream, body, reply, kind)
         if op == "STREAM.DELETE":
             self._remove(account, streams, stream)
             return self._reply(account, reply, kind, success=True)
@@ -245,6 +255,18 @@ class JetStream:
     def _create(self, account: Account, streams: dict[str, Stream], name: str, body: Any,
                 reply: bytes, kind: str, update: bool) -> None:
         config = normalize(body, name)
+        if not update and config.get("sealed"):
+            raise errors.STREAM_INVALID_CONFIG(
+                err="stream configuration for create can not be sealed")
+        if not update and config.get("mirror_direct") and not config.get("mirror"):
+            raise errors.STREAM_INVALID_CONFIG(
+                err="stream has no mirror but does have mirror direct")
+        if not update:
+            everyone = [s for mine in self.streams.values() for s in mine.values()]
+            limits.check_stream(self.limits(account), config, streams, everyone,
+                                {"memory": self.config.max_memory,
+                                 "file": self.config.max_storage},
+                                creating=name not in streams)
         existing = streams.get(name)
         if existing is not None:
             if not update and not same_config(existing.config, config):
@@ -265,6 +287,25 @@ class JetStream:
                                         self.config.sync_always)
         self._subscribe(account, stream)
         return self._reply(account, reply, kind, **stream.info(), did_create=True)
+
+    def _stream_info(self, account: Account, stream: Stream, body: Any, reply: bytes,
+                     kind: str) -> None:
+        """STREAM.INFO, with the subjects' counts (`subjects_filter`, paged by `offset`)
+        and the deleted sequences (`deleted_details`) when asked for."""
+        opts = body if isinstance(body, dict) else {}
+        info = stream.info()
+        total = offset = limit = 0
+        if opts.get("subjects_filter") or opts.get("deleted_details"):
+            counts = (stream.subject_counts(str(opts["subjects_filter"]))
+                      if opts.get("subjects_filter") else {})
+            if counts:
+                total, limit = len(counts), SUBJECT_DETAILS_LIMIT
+                offset = max(int(opts.get("offset") or 0), 0)
+                if offset or total > limit:
+                    names = sorted(counts)[offset:offset + limit]
+                    counts = {name: counts[name] for name in names}
+            info["state"] = stream.state(counts or None, bool(opts.get("deleted_details")))
+        self._reply(account, reply, kind, total=total, offset=offset, limit=limit, **info)
 
     def _get(self, account: Account, stream: Stream, body: Any, reply: bytes,
              kind: str) -> None:
@@ -355,9 +396,8 @@ class JetStream:
             return self._reply(account, reply, kind, **self._consumer_info(existing))
         if body.get("action") == "update":
             raise errors.CONSUMER_DOES_NOT_EXIST()
-        limit = stream.config.get("max_consumers", -1)
-        if limit > 0 and len(stream.consumers) >= limit:
-            raise errors.MAXIMUM_CONSUMERS_LIMIT()
+        limits.check_consumer(self.limits(account), config, stream,
+                              given_ack_pending=bool(raw.get("max_ack_pending")))
         consumer = self._new_consumer(account, stream, name, config)
         stream.consumers[name] = consumer
         self._reply(account, reply, kind, **self._consumer_info(consumer))
@@ -495,6 +535,10 @@ class JetStream:
     def _capture(self, account: Account, stream: Stream, subject: bytes, reply: bytes | None,
                  headers: bytes | None, payload: bytes) -> None:
         try:
+            account_limits = self.limits(account)
+            limits.check_publish(account_limits, self.streams[account].values(),
+                                 stream.config["storage"],
+                                 len(subject) + len(headers or b"") + len(payload))
             ack = stream.publish(subject.decode(errors="replace"), headers, payload)
         except ApiError as exc:
             if reply:
@@ -507,23 +551,35 @@ class JetStream:
             consumer.pump()
 
     # -- answers ------------------------------------------------------------------------------
-    def _account_info(self, streams: dict[str, Stream]) -> dict[str, Any]:
-        memory = sum(s.store.bytes for s in streams.values()
-                     if s.config["storage"] == "memory")
-        storage = sum(s.store.bytes for s in streams.values() if s.config["storage"] == "file")
-        return {"memory": memory, "storage": storage, "reserved_memory": 0,
-                "reserved_storage": 0, "streams": len(streams), "consumers": 0,
-                "limits": {"max_memory": -1, "max_storage": -1, "max_streams": -1,
-                           "max_consumers": -1, "max_ack_pending": -1,
-                           "memory_max_stream_bytes": -1, "storage_max_stream_bytes": -1,
-                           "max_bytes_required": False},
-                "api": {"level": API_LEVEL, "total": self.total, "errors": self.errors}}
+    def limits(self, account: Account) -> JetStreamLimits:
+        """The account's JetStream limits (its `jetstream { }` map; none without one)."""
+        config = account.config
+        return config.jetstream_limits if config is not None else limits.NO_LIMITS
+
+    def _account_info(self, account: Account, streams: dict[str, Stream]) -> dict[str, Any]:
+        total, errs = self.api_counts.get(account, (0, 0))
+        info: dict[str, Any] = {
+            "memory": limits.usage(streams.values(), "memory"),
+            "storage": limits.usage(streams.values(), "file"),
+            "reserved_memory": limits.reserved(streams.values(), "memory"),
+            "reserved_storage": limits.reserved(streams.values(), "file"),
+            "streams": len(streams),
+            "consumers": sum(len(s.consumers) for s in streams.values()),
+            "limits": self.limits(account).as_json()}
+        if self.config.domain:
+            info["domain"] = self.config.domain
+        info["api"] = {"level": API_LEVEL, "total": total, "errors": errs}
+        return info
 
     def _reply(self, account: Account, reply: bytes, kind: str, error: ApiError | None = None,
                **fields: Any) -> None:
         body: dict[str, Any] = {"type": kind}
+        counts = self.api_counts.setdefault(account, [0, 0])
+        self.total += 1
+        counts[0] += 1
         if error is not None:
             self.errors += 1
+            counts[1] += 1
             body["error"] = error.as_json()
             if kind.endswith("stream_info_response"):
                 body.update(total=0, offset=0, limit=0)

@@ -592,6 +592,11 @@ class Consumer:
         for seq, (cseq, count) in sorted(((int(k), v) for k, v in state["pending"].items())):
             self.pending[seq] = Pending(int(cseq), now, int(count))
 
+    def _bound(self) -> bool:
+        """A push consumer someone listens to (its deliver subject has a subscriber)."""
+        target = self.config.get("deliver_subject")
+        return bool(target) and self.interest(target)
+
     # -- what it says of itself ------------------------------------------------------------
     def info(self) -> dict[str, Any]:
         from ..server.gojson import go_time
@@ -608,6 +613,7 @@ class Consumer:
             # (the reference's: pending messages delivered more than once)
             "num_redelivered": sum(1 for p in self.pending.values() if p.deliveries > 1),
             "num_waiting": len(self.waiting), "num_pending": self.num_pending(),
+            **({"push_bound": True} if self._bound() else {}),
             **({"paused": True, "pause_remaining": left} if (left := self.paused_for()) else {}),
         }
 

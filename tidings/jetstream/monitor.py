@@ -71,12 +71,9 @@ def stats(js: JetStream, options: dict[str, Any] | None = None) -> dict[str, Any
 
 
 def _api_of(js: JetStream, account: Account, accounts: list[Account]) -> dict[str, int]:
-    """An account's API counts. JetStream counts requests for the whole server only: they
-    are the account's when it is the only one with JetStream (as without accounts), and
-    not told apart otherwise (zeros)."""
-    if accounts == [account]:
-        return {"level": 0, "total": js.total, "errors": js.errors}
-    return {"level": 0, "total": 0, "errors": 0}
+    """An account's API counts."""
+    total, errs = js.api_counts.get(account, (0, 0))
+    return {"level": 0, "total": total, "errors": errs}
 
 
 # -- /jsz ----------------------------------------------------------------------------------

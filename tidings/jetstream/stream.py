@@ -504,7 +504,10 @@ class Stream:
             del ids[first]
 
     # -- what it says of itself -----------------------------------------------------------------
-    def state(self) -> dict[str, Any]:
+    def state(self, subjects: dict[str, int] | None = None,
+              details: bool = False) -> dict[str, Any]:
+        """Its state as STREAM.INFO says it: with `subjects` (the counts asked for) and the
+        deleted sequences when `details` are asked for."""
         from ..server.gojson import go_time
 
         store = self.store
@@ -519,8 +522,23 @@ class Stream:
         }
         if store.subjects:
             state["num_subjects"] = len(store.subjects)
+        if subjects:
+            state["subjects"] = subjects
+        deleted = (store.last_seq - store.first_seq + 1 - store.count) if store.count else 0
+        if deleted > 0:
+            state["num_deleted"] = deleted
+            if details:
+                state["deleted"] = [seq for seq in range(store.first_seq, store.last_seq + 1)
+                                    if store.subject_of(seq) is None]
         state["consumer_count"] = len(self.consumers)
         return state
+
+    def subject_counts(self, subject_filter: str) -> dict[str, int]:
+        """Messages per subject, of the subjects `subject_filter` matches."""
+        from ..protocol.subjects import subject_matches
+
+        return {subject: count for subject, count in self.store.subjects.items()
+                if subject_matches(subject_filter, subject)}
 
     def info(self, with_config: bool = True) -> dict[str, Any]:
         from ..server.gojson import go_time

@@ -160,15 +160,22 @@ def test_no_auth_user_must_be_a_user_of_some_account_or_the_block() -> None:
         check_no_auth_user(auth)
 
 
-def test_jetstream_on_and_off_are_taken_its_limits_refused_by_name() -> None:
+def test_jetstream_on_and_off_and_its_limits() -> None:
     for off in ("disabled", "false", "disable"):
         assert not options(f"accounts {{ A: {{ jetstream: {off} }} }}\n").auth.accounts[
             "A"].jetstream
     for on in ("enabled", "true", "enable"):
         assert options(f"accounts {{ A: {{ jetstream: {on} }} }}\n").auth.accounts["A"].jetstream
-    assert error("accounts { A: { jetstream: {max_mem: 1G} } }\n") == (
-        'f.conf:1:16: "jetstream": JetStream limits of an account are not supported by '
-        "tidings yet")
+    account = options("accounts { A: { jetstream: {max_mem: 1G, max_file: 2G, streams: 3, "
+                      "consumers: 4, max_ack_pending: 5, mem_max_stream_bytes: 6, "
+                      "store_max_stream_bytes: 7, max_bytes: true} } }\n").auth.accounts["A"]
+    assert account.jetstream
+    assert account.jetstream_limits.as_json() == {
+        "max_memory": 10**9, "max_storage": 2 * 10**9, "max_streams": 3, "max_consumers": 4,
+        "max_ack_pending": 5, "memory_max_stream_bytes": 6, "storage_max_stream_bytes": 7,
+        "max_bytes_required": True}
+    assert error("accounts { A: { jetstream: {max_mem: x} } }\n").endswith(
+        'Expected a parseable size for "max_mem", got x')
 
 
 @pytest.mark.parametrize(("text", "message"), [

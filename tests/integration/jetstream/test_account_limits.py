@@ -1,0 +1,104 @@
+"""An account's JetStream limits (`jetstream { max_mem, max_file, max_streams, ... }` in
+`accounts`), the JetStream domain (`$JS.<domain>.API`), and each account's API counts, on
+tidings and on the reference nats-server with the same configuration file."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client
+
+from tests.harness import Server, start_configured
+from tests.integration.jetstream.conftest import KINDS
+
+CONF = """
+jetstream: {{ store_dir: "{store}", domain: "hub" }}
+no_auth_user: "a"
+accounts: {{
+  A {{
+    users: [{{ user: "a" }}]
+    jetstream: {{ max_mem: 64MB, max_file: 32MB, max_streams: 3, max_consumers: 2,
+                  max_ack_pending: 100, memory_max_stream_bytes: 2048,
+                  store_max_stream_bytes: 4096, max_stream_bytes: true }}
+  }}
+  B {{ users: [{{ user: "b", password: "b" }}], jetstream: enabled }}
+}}
+"""
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[Server]:
+    store: Path = tmp_path_factory.mktemp("jsl")
+    srv = start_configured(request.param, CONF.format(store=store), streaming=False)
+    yield srv
+    srv.stop()
+
+
+async def api(nc: Client, subject: str, body: dict[str, Any] | None = None,
+              prefix: str = "$JS.API") -> dict[str, Any]:
+    msg = await nc.request(f"{prefix}.{subject}", json.dumps(body or {}).encode(), timeout=5)
+    return json.loads(msg.data)
+
+
+def stream(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "subjects": [name.lower()], **extra}
+
+
+async def test_an_accounts_limits_are_enforced_and_reported(server: Server) -> None:
+    nc = await nats.connect(server.url)
+    try:
+        refused = [
+            (stream("L1"), 10113),  # max_stream_bytes: a max_bytes is required
+            (stream("L1", max_bytes=65536), 10122),  # above store_max_stream_bytes
+            (stream("L1", max_bytes=128, max_consumers=5), 10026),  # above max_consumers
+        ]
+        for config, code in refused:
+            got = await api(nc, "STREAM.CREATE.L1", config)
+            assert got["error"]["err_code"] == code, got
+        assert (await api(nc, "STREAM.CREATE.L1", stream("L1", max_bytes=128)))["config"][
+            "max_bytes"] == 128
+        for i in range(2, 4):
+            await api(nc, f"STREAM.CREATE.L{i}", stream(f"L{i}", max_bytes=128))
+        fourth = await api(nc, "STREAM.CREATE.L4", stream("L4", max_bytes=128))
+        assert fourth["error"]["err_code"] == 10027  # max_streams
+        consumer = await api(nc, "CONSUMER.CREATE.L1.c1", {
+            "stream_name": "L1", "config": {"name": "c1", "ack_policy": "explicit"}})
+        assert consumer["config"]["max_ack_pending"] == 100  # the account's, not 1000
+        too_many = await api(nc, "CONSUMER.CREATE.L1.c2", {
+            "stream_name": "L1", "config": {"name": "c2", "ack_policy": "explicit",
+                                            "max_ack_pending": 500}})
+        assert too_many["error"]["err_code"] == 10121
+        await api(nc, "CONSUMER.CREATE.L1.c3", {"stream_name": "L1", "config": {"name": "c3"}})
+        third = await api(nc, "CONSUMER.CREATE.L1.c4", {"stream_name": "L1",
+                                                        "config": {"name": "c4"}})
+        assert third["error"]["err_code"] == 10026  # the account's max_consumers, per stream
+        info = await api(nc, "INFO")
+        assert info["limits"] == {
+            "max_memory": 64 << 20, "max_storage": 32 << 20, "max_streams": 3,
+            "max_consumers": 2, "max_ack_pending": 100, "memory_max_stream_bytes": 2048,
+            "storage_max_stream_bytes": 4096, "max_bytes_required": True}
+        assert (info["streams"], info["consumers"], info["domain"]) == (3, 2, "hub")
+        assert (info["api"]["total"], info["api"]["errors"]) == (11, 6)
+        # Through the domain's prefix, as a client of another domain asks.
+        named = await api(nc, "STREAM.INFO.L1", prefix="$JS.hub.API")
+        assert named["config"]["name"] == "L1"
+    finally:
+        await nc.close()
+
+
+async def test_another_account_has_none_of_those_limits(server: Server) -> None:
+    nc = await nats.connect(server.url, user="b", password="b")
+    try:
+        created = await api(nc, "STREAM.CREATE.FREE", stream("FREE"))
+        assert created["config"]["max_bytes"] == -1
+        info = await api(nc, "INFO")
+        assert info["limits"]["max_streams"] == -1 and info["streams"] == 1
+        assert info["api"]["total"] == 1  # A's requests are A's
+    finally:
+        await nc.close()
