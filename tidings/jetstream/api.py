@@ -19,7 +19,9 @@ from ..config.accounts import JetStreamLimits
 from ..server.accounts import Account, publish_internal, subscribe_internal
 from . import errors, limits
 from .consumer import Consumer, ephemeral_name
-from .consumer import normalize as normalize_consumer
+from .consumer_config import check as check_consumer
+from .consumer_config import check_on_stream
+from .consumer_config import normalize as normalize_consumer
 from .errors import ApiError
 from .stream import (
     API_LEVEL,
@@ -385,7 +387,8 @@ class JetStream:
             raise errors.STREAM_REPLICAS_NOT_SUPPORTED()
         if not name:
             name = ephemeral_name()
-        config = normalize_consumer(raw)
+        config = normalize_consumer(raw, stream=stream.config)
+        check_consumer(config, stream.config)
         existing = stream.consumers.get(name)
         if existing is not None:
             if body.get("action") == "create" and _consumer_key(existing.config) != \
@@ -398,6 +401,7 @@ class JetStream:
             raise errors.CONSUMER_DOES_NOT_EXIST()
         limits.check_consumer(self.limits(account), config, stream,
                               given_ack_pending=bool(raw.get("max_ack_pending")))
+        check_on_stream(config, stream.config, [c.config for c in stream.consumers.values()])
         consumer = self._new_consumer(account, stream, name, config)
         stream.consumers[name] = consumer
         self._reply(account, reply, kind, **self._consumer_info(consumer))
@@ -710,6 +714,6 @@ def _consumer_key(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _overlap(a: list[str], b: list[str]) -> bool:
-    from ..protocol.subjects import subject_matches
+    from ..protocol.subjects import subjects_collide
 
-    return any(subject_matches(x, y) or subject_matches(y, x) for x in a for y in b)
+    return any(subjects_collide(x, y) for x in a for y in b)

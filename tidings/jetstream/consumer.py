@@ -1,5 +1,4 @@
-"""A JetStream consumer: its configuration (the reference's defaults and field order), where
-it is in its stream, what waits for an acknowledgement, and deliveries: to pull requests
+"""A JetStream consumer (its configuration: consumer_config.py): where it is in its stream, what waits for an acknowledgement, and deliveries: to pull requests
 (`CONSUMER.MSG.NEXT`: batch, expires, no_wait, with the 404/408 status messages) or pushed
 to a deliver subject. Acks (`+ACK`, `-NAK`, `+WPI`, `+NXT`, `+TERM`, ack all) arrive on the
 reply subject of each delivery, `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.
@@ -20,61 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..protocol.subjects import subject_matches
-from . import errors
+from .consumer_config import DEFAULT_ACK_WAIT, DEFAULT_MAX_WAITING, NS
 from .memstore import StoredMsg
 
-NS = 10**9
-DEFAULT_ACK_WAIT = 30 * NS
-DEFAULT_MAX_ACK_PENDING = 1000
-DEFAULT_MAX_WAITING = 512
-DEFAULT_INACTIVE_THRESHOLD = 5 * NS
-
-_FIELDS = (
-    "durable_name", "name", "description", "deliver_policy", "opt_start_seq",
-    "opt_start_time", "ack_policy", "ack_wait", "max_deliver", "backoff", "filter_subject",
-    "filter_subjects", "replay_policy", "rate_limit_bps", "sample_freq", "max_waiting",
-    "max_ack_pending", "flow_control", "headers_only", "max_batch", "max_expires",
-    "max_bytes", "deliver_subject", "deliver_group", "idle_heartbeat", "inactive_threshold",
-    "num_replicas", "mem_storage", "direct", "sourcing", "metadata", "pause_until",
-)
-_ALWAYS = ("deliver_policy", "ack_policy", "replay_policy", "num_replicas")
-_CHOICES = {"deliver_policy": ("all", "last", "new", "by_start_sequence", "by_start_time",
-                               "last_per_subject"),
-            "ack_policy": ("none", "all", "explicit"),
-            "replay_policy": ("instant", "original")}
-
 Send = Callable[[str, str, "str | None", "bytes | None", bytes], None]
-
-
-def normalize(raw: Any, durable: str = "") -> dict[str, Any]:
-    """A consumer's configuration as the reference fills it in."""
-    if not isinstance(raw, dict):
-        raise errors.CONSUMER_CONFIG_REQUIRED()
-    # (zeros and false are the reference's "not given": its fields are omitempty)
-    cfg = {k: v for k, v in raw.items()
-           if k in _FIELDS and v not in (None, "", [], {}, 0, False)}
-    cfg.setdefault("deliver_policy", "all")
-    cfg.setdefault("ack_policy", "none")  # (the reference's zero value)
-    cfg.setdefault("replay_policy", "instant")
-    for field, choices in _CHOICES.items():
-        if cfg[field] not in choices:
-            raise errors.CONSUMER_INVALID_POLICY(err=f"invalid {field} {cfg[field]!r}")
-    if durable:
-        cfg["durable_name"] = durable
-    if cfg.get("durable_name") and not cfg.get("name"):
-        cfg["name"] = cfg["durable_name"]
-    if cfg["ack_policy"] != "none":
-        cfg.setdefault("ack_wait", DEFAULT_ACK_WAIT)
-        cfg.setdefault("max_ack_pending", DEFAULT_MAX_ACK_PENDING)
-    cfg.setdefault("max_deliver", -1)
-    if not cfg.get("deliver_subject"):
-        cfg.setdefault("max_waiting", DEFAULT_MAX_WAITING)
-    if not cfg.get("durable_name"):
-        cfg.setdefault("inactive_threshold", DEFAULT_INACTIVE_THRESHOLD)
-    cfg["num_replicas"] = int(raw.get("num_replicas") or 0)
-    cfg["metadata"] = {**(raw.get("metadata") or {}), "_nats.level": "1",
-                       "_nats.req.level": "0", "_nats.ver": "2.11.0"}
-    return {k: cfg[k] for k in _FIELDS if k in cfg or k in _ALWAYS}
 
 
 @dataclass

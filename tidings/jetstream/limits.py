@@ -10,7 +10,7 @@ from typing import Any
 
 from ..config.accounts import JetStreamLimits
 from . import errors
-from .consumer import DEFAULT_MAX_ACK_PENDING
+from .consumer_config import DEFAULT_MAX_ACK_PENDING
 
 NO_LIMITS = JetStreamLimits()
 

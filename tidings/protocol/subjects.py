@@ -109,3 +109,15 @@ def _covered(pattern: bytes | str, subject: bytes | str, subset: bool) -> bool:
         if ptok != b"*" and ptok != stoks[i]:
             return False
     return len(ptoks) == len(stoks)
+
+
+def subjects_collide(a: str, b: str) -> bool:
+    """Whether some subject matches both `a` and `b` (wildcards either side): "a.*" and
+    "*.b" collide on "a.b"; "foo.*" and "foo.>" on "foo.x"."""
+    left, right = a.split("."), b.split(".")
+    for x, y in zip(left, right, strict=False):
+        if x == ">" or y == ">":
+            return True
+        if x != y and x != "*" and y != "*":
+            return False
+    return len(left) == len(right)  # (else one of them runs out of tokens first)

@@ -1,0 +1,99 @@
+"""Consumer configurations the reference refuses: the same CONSUMER.CREATE requests sent to
+tidings and to the reference nats-server, their errors compared whole (code, err_code,
+description)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from tests.harness import Server, start_reference, start_tidings
+
+MS = 10**6
+
+CASES: list[dict[str, Any]] = [
+    {"name": "a.b"},
+    {"durable_name": "d", "name": "other"},
+    {"deliver_subject": "out.*"},
+    {"deliver_subject": "in.x"},  # a cycle: the stream's own subject
+    {"deliver_subject": "out", "max_waiting": 5},
+    {"deliver_subject": "out", "max_ack_pending": 5},
+    {"deliver_subject": "out", "idle_heartbeat": 50 * MS},
+    {"deliver_subject": "out", "flow_control": True},
+    {"idle_heartbeat": 1000 * MS},
+    {"flow_control": True},
+    {"rate_limit_bps": 1000},
+    {"max_expires": 10},
+    {"ack_policy": "explicit", "backoff": [1000 * MS, 2000 * MS], "max_deliver": 1},
+    {"ack_policy": "explicit", "ack_wait": -5},
+    {"filter_subject": "in.a", "filter_subjects": ["in.b"]},
+    {"filter_subjects": ["in.a", ""]},
+    {"filter_subjects": ["in.>", "in.a"]},
+    {"deliver_policy": "all", "opt_start_seq": 3},
+    {"deliver_policy": "last_per_subject"},
+    {"deliver_policy": "by_start_sequence"},
+    {"deliver_policy": "by_start_time"},
+    {"deliver_policy": "new", "opt_start_time": "2024-01-01T00:00:00Z"},
+    {"sample_freq": "abc%"},
+    {"description": "x" * 5000},
+]
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
+    store: Path = tmp_path_factory.mktemp("cc")
+    pair = [start_tidings(extra_args=["-js", "-sd", str(store / "t")]),
+            start_reference(extra_args=["-js", "-sd", str(store / "r")])]
+    yield pair
+    for srv in pair:
+        srv.stop()
+
+
+async def answers(server: Server, requests: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    nc = await nats.connect(server.url)
+    try:
+        got = []
+        for subject, body in requests:
+            msg = await nc.request(subject, json.dumps(body).encode(), timeout=5)
+            got.append(json.loads(msg.data).get("error"))
+        return got
+    finally:
+        await nc.close()
+
+
+async def test_refused_configurations_get_the_references_errors(servers: list[Server]) -> None:
+    requests = [("$JS.API.STREAM.CREATE.CC", {"name": "CC", "subjects": ["in.>"],
+                                              "storage": "memory"})]
+    requests += [("$JS.API.CONSUMER.CREATE.CC", {"stream_name": "CC", "config": case})
+                 for case in CASES]
+    ours, theirs = [await answers(srv, requests) for srv in servers]
+    assert ours[0] is None and theirs[0] is None
+    for case, mine, reference in zip(CASES, ours[1:], theirs[1:], strict=True):
+        assert reference is not None, case  # (every case is a refusal)
+        assert mine == reference, case
+
+
+async def test_a_work_queue_takes_one_consumer_per_subject(servers: list[Server]) -> None:
+    stream = {"name": "WQC", "subjects": ["wq.>"], "storage": "memory",
+              "retention": "workqueue"}
+
+    def create(name: str, **config: Any) -> tuple[str, dict[str, Any]]:
+        return (f"$JS.API.CONSUMER.CREATE.WQC.{name}",
+                {"stream_name": "WQC", "config": {"name": name, **config}})
+
+    requests = [("$JS.API.STREAM.CREATE.WQC", stream),
+                create("none", ack_policy="none"),
+                create("new", ack_policy="explicit", deliver_policy="new"),
+                create("a", ack_policy="explicit", filter_subject="wq.a.*"),
+                create("b", ack_policy="explicit", filter_subject="wq.*.x"),  # collides
+                create("c", ack_policy="explicit", filter_subject="wq.c"),
+                create("all", ack_policy="explicit")]
+    ours, theirs = [await answers(srv, requests) for srv in servers]
+    assert ours == theirs
+    assert [e and e["err_code"] for e in ours] == [None, 10084, 10101, None, 10100, None,
+                                                  10099]
