@@ -23,7 +23,8 @@ What must hold, from the reference's file store (filestore.go):
   CONSUMER.INFO reported, waits until tidings' state file holds it (that is "saved"), and
   checks the floor after kill -9 is not below the last floor on disk before the kill. The
   reference's state file is binary: there only the floor after each restart is checked not
-  to go back.
+  to go back (nats-server 2.15 was seen to come back further behind than 100 ms: a floor
+  of 0 when 121 messages had been acknowledged for a second; at least once still held).
 - A durable consumer exists once CONSUMER.CREATE has answered (the reference writes its
   configuration before answering), kill -9 or not.
 - After the last restart the consumer, left to run, delivers every message the stream holds:
@@ -34,7 +35,9 @@ long before, at its max_file_store, 75% of the disk's free space at start; and o
 error it stops answering and keeps the stream broken until restarted): each publish gets a
 PubAck or an error PubAck (JSStreamStoreFailedF, 503 / 10077, the OS's error), never
 silence; nothing refused is stored; a restart on the full disk loses nothing; publishing
-works again once there is room.
+works again once there is room. The same in this process on a disk that fills up
+(tests/faultydisk.py), with a purge, a message delete and a work queue's ack: each gets an
+answer, nothing fails inside the server.
 """
 
 from __future__ import annotations
