@@ -32,8 +32,9 @@ length, subject id, timestamp: 24 bytes); messages are read back from disk on :m
 :class:`OSError`: nothing is stored, the store stays usable.
 
 Writes reach the OS at once; :meth:`FileStore.sync` fsyncs them (the caller calls it every
-``sync_interval``), or every write is fsynced with ``sync_always=True``. Pure code and file
-I/O, no asyncio.
+``sync_interval``; a failure is logged: what it syncs was acknowledged already), or every
+write is fsynced with ``sync_always=True`` (and a new block's directory entry before its
+first record counts as written). Pure code and file I/O, no asyncio.
 """
 
 from __future__ import annotations

@@ -133,8 +133,8 @@ class Stream:
                                    block_size=block_size_for(config["retention"],
                                                              config["max_bytes"]),
                                    sync_always=sync_always)
-            if not saved:  # (a stream read back from disk is not written again: the disk
-                self.save_config()  # may be full, and the stream must still be served)
+            if not saved:  # (read back from disk, it is not written again: on a full disk
+                self.save_config()  # the stream must still be served)
         else:
             self.store = MemoryStore(config.get("first_seq") or 1)
         self.msg_ids: OrderedDict[str, tuple[int, int]] = OrderedDict()  # id -> (seq, ts)
@@ -269,7 +269,7 @@ class Stream:
                       cfg["max_msgs_per_subject"], subject)
         if msg_id:
             self.msg_ids[msg_id] = (msg.seq, msg.ts)
-        try:  # (what follows removes: on a full disk it waits, the message is stored)
+        try:  # (removals: one that does not fit, a full disk, leaves the message stored)
             if rollup is not None:  # only this message stays (of its subject, or of all)
                 self.purge(subject if rollup == "sub" else None, msg.seq, 0)
             if cfg["retention"] == "interest" and not any(
