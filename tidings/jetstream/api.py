@@ -240,8 +240,11 @@ class JetStream:
             opts = body if isinstance(body, dict) else {}
             if opts.get("seq") and opts.get("keep"):
                 raise errors.BAD_REQUEST()
-            purged = stream.purge(opts.get("filter") or None, int(opts.get("seq") or 0),
-                                  int(opts.get("keep") or 0))
+            try:
+                purged = stream.purge(opts.get("filter") or None, int(opts.get("seq") or 0),
+                                      int(opts.get("keep") or 0))
+            except OSError as exc:  # (a full disk: the reference's answer to a failed purge)
+                raise errors.STREAM_GENERAL(err=str(exc)) from None
             return self._reply(account, reply, kind, success=True, purged=purged)
         if op == "STREAM.MSG.GET":
             return self._get(account, stream, body, reply, kind)
@@ -249,7 +252,11 @@ class JetStream:
             if stream.config.get("deny_delete"):
                 raise errors.STREAM_MSG_DELETE_FAILED(err="message delete not permitted")
             seq = body.get("seq") if isinstance(body, dict) else None
-            if not isinstance(seq, int) or not stream.store.remove(seq):
+            try:
+                removed = isinstance(seq, int) and stream.store.remove(seq)
+            except OSError as exc:  # (a full disk)
+                raise errors.STREAM_MSG_DELETE_FAILED(err=str(exc)) from None
+            if not removed:
                 raise errors.NO_MESSAGE_FOUND()
             return self._reply(account, reply, kind, success=True)
         raise errors.BAD_REQUEST()
@@ -403,6 +410,10 @@ class JetStream:
                               given_ack_pending=bool(raw.get("max_ack_pending")))
         check_on_stream(config, stream.config, [c.config for c in stream.consumers.values()])
         consumer = self._new_consumer(account, stream, name, config)
+        # A durable is on disk before the answer, as the reference writes it.
+        failed = stream.save_consumer(consumer) if consumer.durable else None
+        if failed is not None:
+            raise errors.CONSUMER_STORE_FAILED(err=str(failed))
         stream.consumers[name] = consumer
         self._reply(account, reply, kind, **self._consumer_info(consumer))
         consumer.pump()

@@ -32,8 +32,9 @@ length, subject id, timestamp: 24 bytes); messages are read back from disk on :m
 :class:`OSError`: nothing is stored, the store stays usable.
 
 Writes reach the OS at once; :meth:`FileStore.sync` fsyncs them (the caller calls it every
-``sync_interval``), or every write is fsynced with ``sync_always=True``. Pure code and file
-I/O, no asyncio.
+``sync_interval``; a failure is logged: what it syncs was acknowledged already), or every
+write is fsynced with ``sync_always=True`` (and a new block's directory entry before its
+first record counts as written). Pure code and file I/O, no asyncio.
 """
 
 from __future__ import annotations
@@ -377,14 +378,26 @@ class FileStore(StoreLimits):
 
     # -- durability ----------------------------------------------------------------------
     def sync(self) -> None:
-        """fsync what was written since the last sync (the caller's ``sync_interval``)."""
+        """fsync what was written since the last sync (the caller's ``sync_interval``). What
+        it syncs was acknowledged already: a failure is logged (and tried again next time),
+        not raised into the caller's timer."""
         for index in list(self._dirty):
             fd = self._fds.get(index)
-            if fd is not None:
-                os.fsync(fd)
+            try:
+                if fd is not None:
+                    os.fsync(fd)
+            except OSError as exc:
+                log.error("jetstream file store %s: fsync of block %d failed: %s",
+                          self.dir, index, exc)
+                continue
             self._dirty.discard(index)
         if self._dir_dirty:
-            fsync_dir(self.dir)
+            try:
+                fsync_dir(self.dir)
+            except OSError as exc:
+                log.error("jetstream file store %s: fsync of the directory failed: %s",
+                          self.dir, exc)
+                return
             self._dir_dirty = False
 
     def close(self) -> None:
@@ -420,20 +433,22 @@ class FileStore(StoreLimits):
         return self.dir / f"{index}.blk"
 
     def _start_block(self, first: int, rec: bytes) -> _Block:
-        """A new last block whose first record is `rec` (removed again if it fails)."""
+        """A new last block whose first record is `rec` (removed again if it fails: its
+        record, or with sync_always its directory entry, not on disk)."""
         index = self._next_index
         blk = _Block(index, self._block_path(index), first)
         try:
             self._append(blk, rec)
+            self._dir_changed()
         except OSError:
             self._close_fd(index)
+            self._dirty.discard(index)
             with contextlib.suppress(OSError):
                 blk.path.unlink()
             raise
         self._next_index = index + 1
         self._blocks.append(blk)
         self._firsts.append(first)
-        self._dir_changed()
         return blk
 
     def _drop_block(self, blk: _Block) -> None:
@@ -446,7 +461,10 @@ class FileStore(StoreLimits):
         self._dirty.discard(blk.index)
         with contextlib.suppress(FileNotFoundError):
             blk.path.unlink()
-        self._dir_changed()
+        try:
+            self._dir_changed()
+        except OSError:  # synced later: a block that comes back holds only what is removed
+            self._dir_dirty = True
 
     def _make_durable(self, blk: _Block) -> None:
         """fsync a block and the directory (a file it replaces may then go)."""
@@ -537,8 +555,9 @@ class FileStore(StoreLimits):
         self._close_fd(blk.index)
         self._dirty.discard(blk.index)
         os.replace(tmp, blk.path)
-        self._dir_changed()
         blk.offs, blk.end = offs, len(out)
+        with contextlib.suppress(OSError):  # (the old block or the new: both hold the same)
+            self._dir_changed()
 
     # -- subjects ------------------------------------------------------------------------
     def _intern(self, subject: str) -> int:

@@ -8,10 +8,13 @@ payload, and 16 bytes more. Pure data structure: no asyncio, no I/O.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+log = logging.getLogger("tidings.jetstream")
 
 OVERHEAD = 16  # per message, as the reference's memory store adds
 
@@ -65,7 +68,16 @@ class StoreLimits:
 
     def enforce(self, max_msgs: int, max_bytes: int, max_age: float,
                 per_subject: int, subject: str | None = None) -> None:
-        """Remove the oldest messages past the limits (-1 / 0: none)."""
+        """Remove the oldest messages past the limits (-1 / 0: none). A removal the store
+        cannot write (a full disk) leaves the rest for the next call: what is stored stays
+        stored, and no caller fails for a limit."""
+        try:
+            self._enforce(max_msgs, max_bytes, max_age, per_subject, subject)
+        except OSError as exc:
+            log.warning("jetstream store: limits not applied for now: %s", exc)
+
+    def _enforce(self, max_msgs: int, max_bytes: int, max_age: float,
+                 per_subject: int, subject: str | None) -> None:
         if per_subject > 0 and subject is not None and self.subjects.get(subject, 0) > per_subject:
             for seq in self.oldest_on(subject, self.subjects[subject] - per_subject):
                 self.remove(seq)

@@ -5,8 +5,10 @@ within the duplicate window, answered with a PubAck).
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import json
+import logging
 import os
 import shutil
 import time
@@ -14,10 +16,13 @@ from collections import OrderedDict
 from typing import Any
 
 from ..config.jetstream import API_LEVEL
+from ..fileio import fsync_dir
 from ..protocol.headers import header_fields, replace_header
 from ..protocol.subjects import is_valid_subject
 from . import errors
 from .memstore import MemoryStore, StoredMsg
+
+log = logging.getLogger("tidings.jetstream")
 
 SERVER_VERSION = "2.11.0"
 DEFAULT_DUPLICATE_WINDOW = 120 * 10**9  # ns
@@ -191,7 +196,7 @@ class Stream:
     stream keeps its messages and its configuration (`meta.json`) in `directory`."""
 
     def __init__(self, config: dict[str, Any], directory: str = "", sync_always: bool = False,
-                 created: int = 0) -> None:
+                 created: int = 0, saved: bool = False) -> None:
         self.config = config
         self.created = created or time.time_ns()
         self.directory = directory if config["storage"] == "file" else ""
@@ -204,7 +209,8 @@ class Stream:
                                    block_size=block_size_for(config["retention"],
                                                              config["max_bytes"]),
                                    sync_always=sync_always)
-            self.save_config()
+            if not saved:  # (read back from disk, it is not written again: on a full disk
+                self.save_config()  # the stream must still be served)
         else:
             self.store = MemoryStore(config.get("first_seq") or 1)
         self.msg_ids: OrderedDict[str, tuple[int, int]] = OrderedDict()  # id -> (seq, ts)
@@ -235,7 +241,8 @@ class Stream:
         try:
             with open(os.path.join(directory, META_FILE), encoding="utf-8") as f:
                 meta = json.load(f)
-            stream = cls(meta["config"], directory, sync_always, int(meta.get("created") or 0))
+            stream = cls(meta["config"], directory, sync_always, int(meta.get("created") or 0),
+                         saved=True)
         except (OSError, ValueError, KeyError, TypeError):
             return None
         stream.restore_ttls()
@@ -252,20 +259,38 @@ class Stream:
 
     def save_consumers(self, only_changed: bool = False) -> None:
         """The durable consumers' positions (all, or those that changed since)."""
-        if not self.directory:
-            return
         for consumer in self.consumers.values():
-            if not consumer.durable:
-                continue
-            state = consumer.snapshot()
-            if only_changed and state == consumer.saved:
-                continue
-            path = self._consumer_file(consumer.name)
+            if consumer.durable:
+                self.save_consumer(consumer, only_changed)
+
+    def save_consumer(self, consumer: Any, only_changed: bool = False) -> OSError | None:
+        """A durable consumer's position on disk, written whole then renamed (fsynced with
+        sync_always, as the reference's); the error when it cannot be written (a full
+        disk: the file keeps the last state saved, and the next save tries again)."""
+        if not self.directory:
+            return None
+        state = consumer.snapshot()
+        if only_changed and state == consumer.saved:
+            return None
+        path = self._consumer_file(consumer.name)
+        try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path + ".tmp", "w", encoding="utf-8") as f:
                 json.dump(state, f)
+                if self.store.sync_always:
+                    f.flush()
+                    os.fsync(f.fileno())
             os.replace(path + ".tmp", path)
-            consumer.saved = state
+            if self.store.sync_always:
+                fsync_dir(os.path.dirname(path))
+        except OSError as exc:
+            log.warning("JetStream: consumer %s > %s: state not saved: %s", self.name,
+                        consumer.name, exc)
+            with contextlib.suppress(OSError):
+                os.unlink(path + ".tmp")
+            return exc
+        consumer.saved = state
+        return None
 
     def forget_consumer(self, name: str) -> None:
         if self.directory:
@@ -332,11 +357,15 @@ class Stream:
             self.never.add(msg.seq)
         if msg_id:
             self.msg_ids[msg_id] = (msg.seq, msg.ts)
-        if rollup is not None:  # only this message stays (of its subject, or of all)
-            self.purge(subject if rollup == "sub" else None, msg.seq, 0)
-        if cfg["retention"] == "interest" and not any(
-                c.matches(subject) for c in self.consumers.values()):
-            store.remove(msg.seq)  # nobody is interested: not kept (as the reference)
+        try:  # (removals: one that does not fit, a full disk, leaves the message stored)
+            if rollup is not None:  # only this message stays (of its subject, or of all)
+                self.purge(subject if rollup == "sub" else None, msg.seq, 0)
+            if cfg["retention"] == "interest" and not any(
+                    c.matches(subject) for c in self.consumers.values()):
+                store.remove(msg.seq)  # nobody is interested: not kept (as the reference)
+        except OSError as exc:
+            log.warning("JetStream: stream %s: message %d stored, not all removals: %s",
+                        self.name, msg.seq, exc)
         return {"stream": self.name, "seq": msg.seq}
 
     def _ttl(self, fields: dict[str, str], headers: bytes | None) -> tuple[int, bytes | None]:
@@ -462,7 +491,11 @@ class Stream:
             return
         if retention == "workqueue" or all(c.has_acked(seq, subject)
                                            for c in self.consumers.values()):
-            self.store.remove(seq)
+            try:
+                self.store.remove(seq)
+            except OSError as exc:  # (a full disk: the message stays, the ack is taken)
+                log.warning("JetStream: stream %s: acked message %d not removed: %s",
+                            self.name, seq, exc)
 
     def _refuse_when_full(self, size: int, subject: str) -> None:
         cfg, store = self.config, self.store
