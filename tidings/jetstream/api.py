@@ -324,7 +324,7 @@ class JetStream:
         if isinstance(body.get("seq"), int):
             msg = stream.store.get(body["seq"])
         elif isinstance(body.get("last_by_subj"), str):
-            msg = stream.store.last_for(body["last_by_subj"])
+            msg = _last_for(stream.store, body["last_by_subj"])
         else:
             raise errors.BAD_REQUEST()
         if msg is None:
@@ -510,7 +510,7 @@ class JetStream:
             if isinstance(after, str):
                 msg = _next_for(store, after, int(seq or 0))
             elif isinstance(last, str):
-                msg = store.last_for(last)
+                msg = _last_for(store, last)
             elif isinstance(seq, int):
                 msg = store.get(seq)
         if msg is None:
@@ -535,6 +535,9 @@ class JetStream:
 
     # -- capture ------------------------------------------------------------------------------
     def _subscribe(self, account: Account, stream: Stream) -> None:
+        server = self.server
+        stream.republished = lambda subject, headers, data: publish_internal(
+            server, account, subject.encode(), data, headers)
         for subject in stream.config["subjects"]:
             stream.subs.append(subscribe_internal(
                 self.server.accounts, account, subject.encode(),
@@ -673,6 +676,17 @@ def _page(body: Any, names: list[str], limit: int) -> tuple[int, list[str]]:
     offset = body.get("offset") if isinstance(body, dict) else 0
     offset = offset if isinstance(offset, int) and offset > 0 else 0
     return offset, names[offset:offset + limit]
+
+
+def _last_for(store: Any, subject: str) -> Any:
+    """The last message on `subject`, a literal or a filter (the latest of the subjects it
+    matches)."""
+    from ..protocol.subjects import subject_matches
+
+    if "*" not in subject and ">" not in subject:
+        return store.last_for(subject)
+    lasts = [store.last_for(s) for s in list(store.subjects) if subject_matches(subject, s)]
+    return max((m for m in lasts if m is not None), key=lambda m: m.seq, default=None)
 
 
 def _next_for(store: Any, subject: str, seq: int) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 from ..config.jetstream import API_LEVEL
 from ..fileio import fsync_dir
 from ..protocol.headers import header_fields, replace_header
-from ..protocol.subjects import is_valid_subject
+from ..protocol.subjects import is_valid_subject, subject_matches
 from . import errors
 from .memstore import MemoryStore, StoredMsg
 
@@ -46,7 +46,7 @@ _KNOWN = {name for name, _ in _FIELDS}
 _CHOICES = {"retention": ("limits", "interest", "workqueue"), "discard": ("old", "new"),
             "storage": ("file", "memory"), "compression": ("none", "s2")}
 # Fields tidings does not build yet: a stream asking for them is refused by name.
-NOT_BUILT = ("placement", "mirror", "sources", "subject_transform", "republish")
+NOT_BUILT = ("placement", "mirror", "sources")
 MAX_DESCRIPTION = 4 * 1024
 MS100 = NS // 10
 
@@ -88,6 +88,7 @@ def normalize(raw: dict[str, Any], name: str) -> dict[str, Any]:
         if cfg[field] == 0:
             cfg[field] = -1
     _check_limits(cfg, given_window="duplicate_window" in cfg)
+    _check_transforms(cfg)
     meta = dict(cfg.get("metadata") or {})
     meta.update({"_nats.level": str(API_LEVEL), "_nats.req.level": "0",
                  "_nats.ver": SERVER_VERSION})
@@ -137,6 +138,43 @@ def _check_limits(cfg: dict[str, Any], given_window: bool) -> None:
             cfg["allow_rollup_hdrs"], cfg["deny_purge"] = True, False
 
 
+def _transform(src: str, dest: str) -> Any:
+    """A stream's transform (None when the reference would not make it: the destination
+    names the source's `*` by position, never bare, and has a `>` when the source has)."""
+    from ..protocol.transform import Transform, TransformError
+
+    src_tokens, dest_tokens = src.split("."), dest.split(".")
+    if not is_valid_subject(src) or not is_valid_subject(dest) or "*" in dest_tokens \
+            or (">" in src_tokens) != (">" in dest_tokens):
+        return None
+    try:
+        return Transform(src.encode(), dest.encode())
+    except TransformError:
+        return None
+
+
+def _check_transforms(cfg: dict[str, Any]) -> None:
+    """The stream's subject transform and republish, checked as the reference does."""
+    from ..protocol.subjects import subjects_collide
+
+    transform = cfg.get("subject_transform")
+    if transform:
+        src, dest = str(transform.get("src") or ""), str(transform.get("dest") or "")
+        if src and not is_valid_subject(src):
+            raise errors.STREAM_TRANSFORM_INVALID_SOURCE(err=f"invalid subject {src}")
+        if _transform(src or ">", dest) is None:
+            raise errors.STREAM_TRANSFORM_INVALID_DESTINATION(err="invalid mapping destination")
+    republish = cfg.get("republish")
+    if republish:
+        republish = cfg["republish"] = {**republish, "src": republish.get("src") or ">"}
+        dest = str(republish.get("dest") or "")
+        if any(subjects_collide(dest, subject) for subject in cfg["subjects"]):
+            raise _invalid("stream configuration for republish destination forms a cycle")
+        if _transform(republish["src"], dest) is None:
+            raise _invalid(f"stream configuration for republish with transform from "
+                           f"'{republish['src']}' to '{dest}' not valid")
+
+
 def check_update(old: dict[str, Any], new: dict[str, Any]) -> None:
     """What a STREAM.UPDATE may not change, with the reference's words."""
     if new["storage"] != old["storage"]:
@@ -170,6 +208,13 @@ def message_ttl(value: str) -> int:
     if seconds < 1:
         raise errors.MESSAGE_TTL_INVALID()
     return int(seconds)
+
+
+def _mapped(transform: Any, subject: str) -> str:
+    """`subject` through the stream's input transform (unchanged when it does not match)."""
+    if not subject_matches(transform.source, subject):
+        return subject
+    return str(transform.apply(subject.encode()).decode())
 
 
 def _ordered(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -217,6 +262,8 @@ class Stream:
         self.subs: list[Any] = []  # its subscriptions in the account (api.py)
         self.consumers: dict[str, Any] = {}  # name -> consumer.Consumer
         self.store.on_remove = self._removed
+        # Where a stored message is published again (republish), by the caller.
+        self.republished: Any = None  # (subject, headers, data) -> None
         self.ttls: list[tuple[int, int]] = []  # heap of (expiry ns, seq): Nats-TTL's
         self.never: set[int] = set()  # sequences whose Nats-TTL says never (max_age aside)
 
@@ -315,9 +362,26 @@ class Stream:
             shutil.rmtree(self.directory, ignore_errors=True)
 
     # -- publishing ------------------------------------------------------------------------
+    @property
+    def config(self) -> dict[str, Any]:
+        return self._config
+
+    @config.setter
+    def config(self, config: dict[str, Any]) -> None:
+        """(A new configuration: its transforms made once.)"""
+        self._config = config
+        given = config.get("subject_transform") or {}
+        self._input = _transform(given.get("src") or ">", given["dest"]) \
+            if given.get("dest") else None
+        again = config.get("republish") or {}
+        self._republish = _transform(again.get("src") or ">", again.get("dest") or ">") \
+            if again else None
+
     def publish(self, subject: str, headers: bytes | None, data: bytes) -> dict[str, Any]:
         """Store a captured message; the PubAck's body (errors.ApiError when refused)."""
         cfg = self.config
+        if self._input is not None:
+            subject = _mapped(self._input, subject)
         fields = header_fields(headers) if headers else {}
         msg_id = fields.get("nats-msg-id")
         if msg_id:
@@ -344,12 +408,19 @@ class Stream:
         store = self.store
         if cfg["discard"] == "new":
             self._refuse_when_full(len(subject) + len(headers or b"") + len(data), subject)
+        last_on_subject = 0
+        if self._republish is not None and subject_matches(self._republish.source, subject):
+            previous = store.last_for(subject)
+            last_on_subject = previous.seq if previous is not None else 0
         try:
             msg = store.store(subject, headers, data)
         except OSError as exc:  # (a full disk: nothing was stored)
             raise errors.STREAM_STORE_FAILED(err=str(exc)) from None
         for consumer in self.consumers.values():
             consumer.stored(msg.seq, subject)
+        if self._republish is not None and self.republished is not None and \
+                subject_matches(self._republish.source, subject):
+            self._publish_again(msg, last_on_subject)
         store.enforce(cfg["max_msgs"], cfg["max_bytes"], 0, cfg["max_msgs_per_subject"], subject)
         if ttl > 0:
             heapq.heappush(self.ttls, (msg.ts + ttl * NS, msg.seq))
@@ -367,6 +438,23 @@ class Stream:
             log.warning("JetStream: stream %s: message %d stored, not all removals: %s",
                         self.name, msg.seq, exc)
         return {"stream": self.name, "seq": msg.seq}
+
+    def _publish_again(self, msg: StoredMsg, last_on_subject: int) -> None:
+        """A stored message republished, with the reference's headers."""
+        from ..server.gojson import go_time
+
+        target = self._republish.apply(msg.subject.encode()).decode()
+        if not is_valid_subject(target) or "*" in target or ">" in target:
+            return
+        headers_only = bool(self.config["republish"].get("headers_only"))
+        added = (f"Nats-Stream: {self.name}\r\nNats-Subject: {msg.subject}\r\n"
+                 f"Nats-Sequence: {msg.seq}\r\nNats-Time-Stamp: {go_time(msg.ts, utc=True)}\r\n"
+                 f"Nats-Last-Sequence: {last_on_subject}\r\n")
+        if headers_only:
+            added += f"Nats-Msg-Size: {len(msg.data)}\r\n"
+        base = msg.headers[:-2] if msg.headers else b"NATS/1.0\r\n"
+        self.republished(target, base + added.encode() + b"\r\n",
+                         b"" if headers_only else msg.data)
 
     def _ttl(self, fields: dict[str, str], headers: bytes | None) -> tuple[int, bytes | None]:
         """A publish's `Nats-TTL` in seconds (0: none, -1: never), checked as the reference
