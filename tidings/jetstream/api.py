@@ -54,6 +54,7 @@ class JetStream:
         self.total = 0  # API requests answered (the server's; by account in api_counts)
         self.errors = 0
         self.api_counts: dict[Account, list[int]] = {}  # account -> [total, errors]
+        self._open: dict[Stream, list[tuple[Account, bytes | None, dict[str, Any]]]] = {}
         self.subs: list[tuple[Account, Any]] = []
         self._timer: Any = None
         self.config = server.options.jetstream.resolved  # type: ignore[union-attr]
@@ -68,10 +69,14 @@ class JetStream:
         except OSError as exc:
             raise OSError(f"Can't start JetStream: {exc}") from None
         self.server.accounts.watch(self._account_added)
+        self.server.before_flush.append(self._commit)
         self._timer = self.server.loop.call_later(TICK, self._tick)
         self._last_sync = time.monotonic()
 
     def stop(self) -> None:
+        self._commit()
+        if self._commit in self.server.before_flush:
+            self.server.before_flush.remove(self._commit)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -113,6 +118,7 @@ class JetStream:
 
     def _tick(self) -> None:
         """Expired pull requests, ack waits that passed, idle ephemeral consumers."""
+        self._commit()  # (a batch no flush has ended yet)
         self._timer = self.server.loop.call_later(TICK, self._tick)
         self._ticks += 1
         sync = time.monotonic() - self._last_sync >= self.config.sync_interval
@@ -552,9 +558,14 @@ class JetStream:
 
     def _capture(self, account: Account, stream: Stream, subject: bytes, reply: bytes | None,
                  headers: bytes | None, payload: bytes) -> None:
+        batch = None
+        if stream.directory:  # a file stream: written, then acknowledged, at this flush
+            batch = self._open.get(stream)
+            if batch is None:
+                stream.store.begin()
+                batch = self._open[stream] = []
         try:
-            account_limits = self.limits(account)
-            limits.check_publish(account_limits, self.streams[account].values(),
+            limits.check_publish(self.limits(account), self.streams[account].values(),
                                  stream.config["storage"],
                                  len(subject) + len(headers or b"") + len(payload))
             ack = stream.publish(subject.decode(errors="replace"), headers, payload)
@@ -563,10 +574,34 @@ class JetStream:
                 body = {"error": exc.as_json(), "stream": stream.name, "seq": 0}
                 publish_internal(self.server, account, reply, dumps(body))
             return
-        if reply and not stream.config.get("no_ack"):
-            publish_internal(self.server, account, reply, dumps(ack))
+        answer = reply if reply and not stream.config.get("no_ack") else None
+        if batch is not None:
+            batch.append((account, answer, ack))
+            return
+        if answer:
+            publish_internal(self.server, account, answer, dumps(ack))
         for consumer in list(stream.consumers.values()):
             consumer.pump()
+
+    def _commit(self) -> None:
+        """The file streams' group commit (before each flush of the server): what this turn
+        stored is written (fsynced with sync_interval: always), then acknowledged (refused
+        if the write failed) and offered to the consumers."""
+        if not self._open:
+            return
+        batches, self._open = self._open, {}
+        server = self.server
+        for stream, batch in batches.items():
+            lost, why = stream.commit()
+            for account, reply, ack in batch:
+                if reply is None:
+                    continue
+                if lost and ack["seq"] in lost and not ack.get("duplicate"):
+                    failed = errors.STREAM_STORE_FAILED(err=why)
+                    ack = {"error": failed.as_json(), "stream": stream.name, "seq": 0}
+                publish_internal(server, account, reply, dumps(ack), flush=False)
+            for consumer in list(stream.consumers.values()):
+                consumer.pump()
 
     # -- answers ------------------------------------------------------------------------------
     def limits(self, account: Account) -> JetStreamLimits:

@@ -170,8 +170,21 @@ class _Recovered:
         self.last_ts = 0
 
 
+class CommitFailed(OSError):
+    """A batch's write failed: `lost` are the sequences it had stored (taken back)."""
+
+    def __init__(self, error: OSError, lost: list[int]) -> None:
+        super().__init__(error.errno, error.strerror)
+        self.lost = lost
+
+
 class FileStore(StoreLimits):
-    """Messages by sequence in block files; the state STREAM.INFO reports."""
+    """Messages by sequence in block files; the state STREAM.INFO reports.
+
+    Between begin() and commit() what is written to the last block waits in memory and
+    goes with one write (and, with sync_always, one fsync): a group commit. Reads of it
+    are served from memory meanwhile; a failed write takes back what the batch stored.
+    """
 
     def __init__(self, directory: str | os.PathLike[str], first_seq: int = 1, *,
                  block_size: int = LARGE_BLOCK, sync_always: bool = False) -> None:
@@ -198,6 +211,13 @@ class FileStore(StoreLimits):
         self._dirty: set[int] = set()
         self._dir_dirty = False
         self._rcache: tuple[int, int, bytes] | None = None  # block index, offset, bytes
+        self._batching = False
+        self._buf = bytearray()  # records of the open batch, for _buf_blk from _buf_start
+        self._buf_blk: _Block | None = None
+        self._buf_start = 0
+        self._buf_mark = 0  # entries _buf_blk had when its buffer began
+        self._buf_last = (0, 0)  # last_seq, last_ts when it began
+        self._failed: tuple[OSError, list[int]] | None = None
         self._recover()
         if not self._blocks and first_seq > 1:
             self._start_block(first_seq, encode(PBIT | (first_seq - 1), 0, b"", None, b""))
@@ -205,12 +225,15 @@ class FileStore(StoreLimits):
     # -- writing -------------------------------------------------------------------------
     def store(self, subject: str, headers: bytes | None, data: bytes,
               ts: int | None = None) -> StoredMsg:
+        if self._failed is not None:  # this batch could not be written: nor can the rest
+            raise OSError(self._failed[0].errno, self._failed[0].strerror)
         seq = self.last_seq + 1
         headers = headers or None
         msg = StoredMsg(subject, seq, headers, data, ts if ts is not None else time.time_ns())
         rec = encode(seq, msg.ts, subject.encode(), headers, data)
         blk = self._blocks[-1] if self._blocks else None
         if blk is None or (blk.end and blk.end + len(rec) > self.block_size):
+            self._flush()
             blk, off = self._start_block(seq, rec), 0
             if len(self._blocks) > 1 and not self._blocks[-2].live:
                 with contextlib.suppress(OSError):  # else it goes on the next open
@@ -289,6 +312,7 @@ class FileStore(StoreLimits):
 
     def purge(self) -> int:
         """Remove every message (the sequence goes on); how many there were."""
+        self._flush()
         count, old = self._count, self._blocks
         self._blocks, self._firsts = [], []
         try:
@@ -381,6 +405,7 @@ class FileStore(StoreLimits):
         """fsync what was written since the last sync (the caller's ``sync_interval``). What
         it syncs was acknowledged already: a failure is logged (and tried again next time),
         not raised into the caller's timer."""
+        self._flush()
         for index in list(self._dirty):
             fd = self._fds.get(index)
             try:
@@ -502,8 +527,74 @@ class FileStore(StoreLimits):
         if self._rcache is not None and self._rcache[0] == index:
             self._rcache = None
 
+    # -- group commit ----------------------------------------------------------------------
+    def begin(self) -> None:
+        """Hold what is written to the last block until commit()."""
+        self._batching = True
+
+    def commit(self) -> None:
+        """Write what the batch holds (fsync with sync_always). CommitFailed when a write
+        of it failed: what it had stored is taken back, its sequences named."""
+        self._batching = False
+        self._flush()
+        failed, self._failed = self._failed, None
+        if failed is not None:
+            raise CommitFailed(*failed)
+
+    def _flush(self) -> None:
+        """Write the batch's buffer; on failure, cut the block back, take back what the
+        buffer held and remember it for commit()."""
+        blk = self._buf_blk
+        if blk is None:
+            return
+        data = bytes(self._buf)
+        self._buf.clear()
+        self._buf_blk = None
+        fd = self._fd(blk)
+        try:
+            write_all(fd, data)
+            if self.sync_always:
+                os.fsync(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, self._buf_start)
+            self._rcache = None
+            lost = self._take_back(blk)
+            earlier = self._failed[1] if self._failed is not None else []
+            self._failed = (exc, earlier + lost)
+            return
+        if not self.sync_always:
+            self._dirty.add(blk.index)
+
+    def _take_back(self, blk: _Block) -> list[int]:
+        """The messages stored in blk's unwritten buffer, forgotten, and the sequence back
+        where the buffer began (as if they had been refused one by one)."""
+        lost = []
+        mark = self._buf_mark
+        for i in range(mark, len(blk.offs)):
+            lost.append(blk.first + i)
+            if blk.offs[i] >= 0:
+                self._forget(blk, i)
+        for column in (blk.offs, blk.lens, blk.sids, blk.tss):
+            del column[mark:]
+        blk.end = self._buf_start
+        self.last_seq, self.last_ts = self._buf_last
+        if self.first_seq > self.last_seq or self.first_seq in lost:
+            self._advance_first()
+        return lost
+
     def _append(self, blk: _Block, rec: bytes) -> int:
-        """Write a record at the end of blk; its offset. On failure, cut back and raise."""
+        """Write a record at the end of blk; its offset. On failure, cut back and raise.
+        In a batch, a record of the last block waits in the buffer."""
+        if self._batching and self._blocks and blk is self._blocks[-1]:
+            if self._buf_blk is not blk:
+                self._flush()
+                self._buf_blk, self._buf_start, self._buf_mark = blk, blk.end, len(blk.offs)
+                self._buf_last = (self.last_seq, self.last_ts)
+            off = blk.end
+            self._buf += rec
+            blk.end = off + len(rec)
+            return off
         fd, off = self._fd(blk), blk.end
         try:
             write_all(fd, rec)
@@ -521,6 +612,8 @@ class FileStore(StoreLimits):
 
     def _read(self, blk: _Block, off: int, size: int) -> tuple[bytes, int]:
         """A buffer holding the record at off, and its position in it."""
+        if blk is self._buf_blk and off >= self._buf_start:
+            return bytes(self._buf), off - self._buf_start
         cache = self._rcache
         if cache is not None and cache[0] == blk.index:
             start = off - cache[1]

@@ -564,6 +564,27 @@ class Stream:
             store.remove(seq)
         return len(chosen)
 
+    def commit(self) -> tuple[set[int], str]:
+        """Write what this turn's publishes stored (a file stream's group commit); the
+        sequences a failed write took back (their publishes are refused) and why."""
+        from .filestore import CommitFailed
+
+        try:
+            self.store.commit()
+        except CommitFailed as exc:
+            lost = set(exc.lost)
+            log.error("JetStream: stream %s: storing %d messages failed: %s", self.name,
+                      len(lost), exc.strerror)
+            self.msg_ids = OrderedDict((k, v) for k, v in self.msg_ids.items()
+                                       if v[0] not in lost)
+            self.ttls = [entry for entry in self.ttls if entry[1] not in lost]
+            heapq.heapify(self.ttls)
+            self.never -= lost
+            for consumer in self.consumers.values():
+                consumer.recount()
+            return lost, str(OSError(exc.errno, exc.strerror))
+        return set(), ""
+
     def _removed(self, seq: int, subject: str) -> None:
         for consumer in self.consumers.values():
             consumer.removed(seq, subject)

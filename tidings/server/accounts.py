@@ -492,8 +492,10 @@ def unsubscribe_internal(accounts: Accounts, account: Account, sub: Subscription
 
 
 def publish_internal(server: Server, account: Account, subject: bytes, payload: bytes,
-                     headers: bytes | None = None, reply: bytes | None = None) -> bool:
-    """Publish a message of the server's own in `account` (to the routes too)."""
+                     headers: bytes | None = None, reply: bytes | None = None,
+                     flush: bool = True) -> bool:
+    """Publish a message of the server's own in `account` (to the routes too); outside a
+    client's read it is written at once unless `flush` is False (the caller flushes)."""
     from .connection import msg_frame
 
     if headers is None:
@@ -503,6 +505,6 @@ def publish_internal(server: Server, account: Account, subject: bytes, payload: 
         frame = msg_frame(b"HMSG ", subject, reply, headers + payload, len(headers))
         plain = msg_frame(b"MSG ", subject, reply, payload)
     delivered = server.route(None, subject, reply, frame, plain, None, account)
-    if server.reader is None:
+    if flush and server.reader is None:
         server.flush()
     return delivered

@@ -77,6 +77,7 @@ class Server:
         # import cluster/), when clustered.
         self.cluster: Any = None
         self.jetstream: Any = None  # jetstream.api.JetStream, plugged in by node.py when on
+        self.before_flush: list[Callable[[], None]] = []  # run first at each flush
         self.connect_urls: list[str] = []  # the cluster's client URLs, for clients' INFO
         self.lame_duck = False
         self.monitor: Monitor | None = None  # -m: the HTTP monitoring endpoints
@@ -645,7 +646,11 @@ class Server:
         return True
 
     def flush(self) -> None:
-        """Write every connection's queued bytes with one write each."""
+        """Write every connection's queued bytes with one write each (after what must be
+        done first: a store's group commit, whose acknowledgements go in this flush)."""
+        if self.before_flush:
+            for hook in self.before_flush:
+                hook()
         dirty = self.dirty
         if not dirty:
             return
