@@ -593,13 +593,15 @@ class JetStream:
         server = self.server
         for stream, batch in batches.items():
             lost, why = stream.commit()
+            prefix = b'{"stream":' + dumps(stream.name) + b',"seq":'
             for account, reply, ack in batch:
                 if reply is None:
                     continue
                 if lost and ack["seq"] in lost and not ack.get("duplicate"):
                     failed = errors.STREAM_STORE_FAILED(err=why)
                     ack = {"error": failed.as_json(), "stream": stream.name, "seq": 0}
-                publish_internal(server, account, reply, dumps(ack), flush=False)
+                body = prefix + b"%d}" % ack["seq"] if len(ack) == 2 else dumps(ack)
+                publish_internal(server, account, reply, body, flush=False)
             for consumer in list(stream.consumers.values()):
                 consumer.pump()
 
