@@ -185,7 +185,10 @@ class JetStream:
 
     # -- requests ------------------------------------------------------------------------------
     def _request(self, account: Account, subject: bytes, reply: bytes | None,
-                 headers: bytes | None, payload: bytes) -> None:
+                 headers: bytes | None, payload: bytes) -> bool | None:
+        """One `$JS.API` request; False where the reference has no subscription (a pull
+        for no consumer, a direct get of a stream without allow_direct): the requester
+        hears that nobody responded."""
         if not reply:
             return
         name = subject.decode(errors="replace")[len(API_PREFIX):]
@@ -380,13 +383,15 @@ class JetStream:
                                pause_until="0001-01-01T00:00:00Z")
         raise errors.BAD_REQUEST()
 
-    def _next(self, account: Account, tokens: list[str], payload: bytes, reply: bytes) -> None:
+    def _next(self, account: Account, tokens: list[str], payload: bytes, reply: bytes) -> bool:
         """CONSUMER.MSG.NEXT.<stream>.<consumer>: a pull request, its body the consumer's to
-        read (a pull for no consumer: the reference says nothing)."""
+        read (for no consumer: not taken, as the reference has no subscription there)."""
         stream = self.streams.get(account, {}).get(tokens[3]) if len(tokens) == 5 else None
         consumer = stream.consumers.get(tokens[4]) if stream is not None else None
-        if consumer is not None:
-            consumer.request(reply.decode(), payload)
+        if consumer is None:
+            return False
+        consumer.request(reply.decode(), payload)
+        return True
 
     def _create_consumer(self, account: Account, stream: Stream, op: str, tokens: list[str],
                          body: Any, reply: bytes, kind: str) -> None:
@@ -490,7 +495,7 @@ class JetStream:
             publish_internal(self.server, account, reply, b"")  # (a double ack's answer)
 
     def _direct_get(self, account: Account, tokens: list[str], payload: bytes,
-                    reply: bytes) -> None:
+                    reply: bytes) -> bool | None:
         """`$JS.API.DIRECT.GET.<stream>` (`{"seq"}`, `{"last_by_subj"}`, `{"next_by_subj",
         "seq"}`) and `$JS.API.DIRECT.GET.<stream>.<subject>` (its last message): the message
         itself with the reference's Nats-Stream/-Subject/-Sequence/-Time-Stamp headers, or a
@@ -499,8 +504,7 @@ class JetStream:
         stream = self.streams.get(account, {}).get(tokens[2]) if self.enabled_for(account) \
             else None
         if stream is None or not stream.config.get("allow_direct"):
-            # The reference has no subscription there: the requester hears "no responders".
-            return self._send_status(account, reply, b"503")
+            return False  # (the reference has no subscription there: no responders)
         store = stream.store
         msg = None
         if len(tokens) > 3:

@@ -445,7 +445,9 @@ class Accounts:
 
 
 # -- the server's own subscriptions and messages ---------------------------------------------
-Handler = Callable[[bytes, "bytes | None", "bytes | None", bytes], None]
+# (a handler that returns False did not take the message: nobody responded, as far as a
+# requester that asked for no-responders statuses is told)
+Handler = Callable[[bytes, "bytes | None", "bytes | None", bytes], "bool | None"]
 
 
 def frame_message(frame: Frame) -> tuple[bytes | None, bytes]:
@@ -475,12 +477,13 @@ def subscribe_internal(accounts: Accounts, account: Account, subject: bytes,
         headers, payload = frame_message(frame)
         try:
             if with_client:
-                handler(pub, subj, reply, headers, payload)  # type: ignore[call-arg]
+                taken = handler(pub, subj, reply, headers, payload)  # type: ignore[call-arg]
             else:
-                handler(subj, reply, headers, payload)
+                taken = handler(subj, reply, headers, payload)
         except Exception:  # a defect in a handler must not reach the publisher's read
             log.exception("internal subscription on %r failed", subj)
-        return True
+            return True
+        return taken is not False
 
     return accounts._relay_sub(account, subject, carry, routed)
 

@@ -548,3 +548,17 @@ def test_the_store_directory_is_made_at_start_or_refused(kind: str, tmp_path: Pa
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert "Can't start JetStream: storage directory is not a directory" in done.stderr
+
+
+async def test_a_pull_for_no_consumer_has_no_responders(nc: Client) -> None:
+    from nats.errors import NoRespondersError
+
+    js = nc.jetstream()
+    await js.add_stream(name="GONE", subjects=["gone"], storage=StorageType.MEMORY)
+    await js.add_consumer("GONE", durable_name="c")
+    assert (await nc.request("$JS.API.CONSUMER.MSG.NEXT.GONE.c",
+                             b'{"batch": 1, "no_wait": true}', timeout=5)).headers
+    await js.delete_stream("GONE")
+    for subject in ("$JS.API.CONSUMER.MSG.NEXT.GONE.c", "$JS.API.DIRECT.GET.GONE"):
+        with pytest.raises(NoRespondersError):
+            await nc.request(subject, b"", timeout=5)
