@@ -118,8 +118,12 @@ class Consumer:
         policy = cfg["deliver_policy"]
         if policy == "new":
             return store.last_seq + 1
-        if policy == "last":
-            return max(store.last_seq, store.first_seq)
+        if policy == "last":  # the last message it would deliver (of its filters)
+            if not self.filters:
+                return max(store.last_seq, store.first_seq)
+            lasts = [store.last_for(subject) for subject in list(store.subjects)
+                     if self.matches(subject)]
+            return max((m.seq for m in lasts if m is not None), default=store.last_seq + 1)
         if policy == "by_start_sequence":
             return max(int(cfg.get("opt_start_seq") or 1), store.first_seq)
         if policy == "last_per_subject":
