@@ -105,16 +105,17 @@ def _go_fits(value: Any, go_type: str) -> bool:
         return isinstance(value, str)
     if go_type == "bool":
         return isinstance(value, bool)
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
 
 
 def _unmarshal_error(field: str, value: Any) -> str:
     """Go's words for a JSON value that does not fit a pull request's field."""
-    if isinstance(value, float):
-        kind = f"number {json.dumps(value)}"
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and _NEXT_FIELDS[field] not in ("string", "bool"):
+        kind = f"number {json.dumps(value)}"  # (Go names the number a number field refused)
     else:
-        kind = {bool: "bool", int: "number", str: "string", list: "array",
-                dict: "object"}.get(type(value), "number")
+        kind = {bool: "bool", str: "string", list: "array", dict: "object"}.get(
+            type(value), "number")
     return (f"json: cannot unmarshal {kind} into Go struct field .{field} of type "
             f"{_NEXT_FIELDS[field]}")
 

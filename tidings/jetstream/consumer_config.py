@@ -115,8 +115,14 @@ def json_kind(value: Any) -> str:
 def _priority_types(raw: dict[str, Any]) -> None:
     """The priority fields' JSON, read as the reference reads it (its words when not)."""
     policy = raw.get("priority_policy")
-    if policy is not None and policy not in PRIORITY_POLICIES:
+    if "priority_policy" in raw and policy not in PRIORITY_POLICIES:
         raise errors.INVALID_JSON(err=f"unknown priority policy: {json.dumps(policy)}")
+    ttl = raw.get("priority_timeout")
+    if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool)):
+        kind = f"number {json.dumps(ttl)}" if isinstance(ttl, float) else json_kind(ttl)
+        raise errors.INVALID_JSON(
+            err=f"json: cannot unmarshal {kind} into Go struct field "
+                "CreateConsumerRequest.config.priority_timeout of type time.Duration")
     groups = raw.get("priority_groups")
     if groups is not None and not isinstance(groups, list):
         raise errors.INVALID_JSON(

@@ -128,6 +128,18 @@ async def test_priority_configurations_are_refused_as_the_reference_refuses(
         ({"priority_policy": "overflow", "priority_groups": "a"}, 10025,
          "invalid JSON: json: cannot unmarshal string into Go struct field "
          "CreateConsumerRequest.config.priority_groups of type []string"),
+        ({"priority_policy": "overflow", "priority_groups": [1]}, 10025,
+         "invalid JSON: json: cannot unmarshal number into "
+         "CreateConsumerRequest.config.priority_groups.0 of type string"),
+        ({"priority_policy": None}, 10025, "invalid JSON: unknown priority policy: null"),
+        ({"priority_policy": "pinned_client", "priority_groups": ["a"],
+          "priority_timeout": "5s"}, 10025,
+         "invalid JSON: json: cannot unmarshal string into Go struct field "
+         "CreateConsumerRequest.config.priority_timeout of type time.Duration"),
+        ({"priority_policy": "pinned_client", "priority_groups": ["a"],
+          "priority_timeout": 1.5}, 10025,
+         "invalid JSON: json: cannot unmarshal number 1.5 into Go struct field "
+         "CreateConsumerRequest.config.priority_timeout of type time.Duration"),
     ]
     try:
         for config, code, description in cases:
@@ -185,6 +197,9 @@ async def test_pull_requests_the_reference_refuses(nc: Client) -> None:
          "json: cannot unmarshal string into Go struct field .min_pending of type int64"),
         ("plain", {"batch": 1, "priority": 1.5},
          "json: cannot unmarshal number 1.5 into Go struct field .priority of type int"),
+        ("plain", {"batch": 1, "min_ack_pending": 2**64},
+         "json: cannot unmarshal number 18446744073709551616 into Go struct field "
+         ".min_ack_pending of type int64"),
         ("plain", {"batch": "1"},
          "json: cannot unmarshal string into Go struct field .batch of type int"),
         ("over", {"batch": 1}, "Priority Group missing"),
