@@ -20,7 +20,7 @@ from ..server.accounts import Account, publish_internal, subscribe_internal
 from . import errors, limits
 from .consumer import Consumer, ephemeral_name
 from .consumer_config import check as check_consumer
-from .consumer_config import check_on_stream
+from .consumer_config import check_on_stream, json_kind, valid_group_name
 from .consumer_config import normalize as normalize_consumer
 from .errors import ApiError
 from .stream import (
@@ -200,6 +200,9 @@ class JetStream:
             return self._reply(account, reply, kind, error=errors.NOT_ENABLED_FOR_ACCOUNT())
         if tokens[:3] == ["CONSUMER", "MSG", "NEXT"]:
             return self._next(account, tokens, payload, reply)
+        if tokens[:2] == ["CONSUMER", "UNPIN"] and not payload.strip():
+            return self._reply(account, reply, kind, error=errors.INVALID_JSON(
+                err="unexpected end of JSON input"))  # (its body is required)
         try:
             body = json.loads(payload) if payload.strip() else {}
         except ValueError as exc:
@@ -343,6 +346,8 @@ class JetStream:
     # -- consumers -----------------------------------------------------------------------------
     def _consumer_request(self, account: Account, streams: dict[str, Stream], op: str,
                           tokens: list[str], body: Any, reply: bytes, kind: str) -> None:
+        if op == "CONSUMER.UNPIN":
+            return self._unpin(account, streams, tokens, body, reply, kind)
         at = 3 if op == "CONSUMER.DURABLE" else 2  # (CONSUMER.DURABLE.CREATE.<stream>...)
         stream = streams.get(tokens[at]) if len(tokens) > at else None
         if stream is None:
@@ -382,6 +387,34 @@ class JetStream:
             return self._reply(account, reply, kind, paused=False,
                                pause_until="0001-01-01T00:00:00Z")
         raise errors.BAD_REQUEST()
+
+    def _unpin(self, account: Account, streams: dict[str, Stream], tokens: list[str],
+               body: Any, reply: bytes, kind: str) -> None:
+        """CONSUMER.UNPIN.<stream>.<consumer> `{"group"}`: the group's pin released (checked
+        in the reference's order: the body, the group's name, the stream, the consumer, the
+        consumer's groups)."""
+        if not isinstance(body, dict):
+            raise errors.INVALID_JSON(err=f"json: cannot unmarshal {json_kind(body)} into Go "
+                                      "value of type server.JSApiConsumerUnpinRequest")
+        group = body.get("group")
+        if group is not None and not isinstance(group, str):
+            raise errors.INVALID_JSON(err=f"json: cannot unmarshal {json_kind(group)} into Go "
+                                      "struct field JSApiConsumerUnpinRequest.group of type "
+                                      "string")
+        if not group:
+            raise errors.INVALID_JSON(err="consumer group not specified")
+        if not valid_group_name(group):
+            raise errors.CONSUMER_INVALID_GROUP_NAME()
+        stream = streams.get(tokens[2]) if len(tokens) == 4 else None
+        if stream is None:
+            raise errors.STREAM_NOT_FOUND()
+        consumer = stream.consumers.get(tokens[3])
+        if consumer is None:
+            raise errors.CONSUMER_NOT_FOUND()
+        if group not in (consumer.config.get("priority_groups") or []):
+            raise errors.CONSUMER_INVALID_PRIORITY_GROUP()
+        self._reply(account, reply, kind)
+        consumer.unpin(group)
 
     def _next(self, account: Account, tokens: list[str], payload: bytes, reply: bytes) -> bool:
         """CONSUMER.MSG.NEXT.<stream>.<consumer>: a pull request, its body the consumer's to
@@ -448,13 +481,37 @@ class JetStream:
             timer[0] = None
             consumer.on_timer()
 
-        consumer = Consumer(stream, name, config, self._sender(account), account.listened, wake)
+        consumer = Consumer(stream, name, config, self._sender(account), account.listened, wake,
+                            self._advisor(account))
         return consumer
+
+    def _advisor(self, account: Account) -> Any:
+        """A consumer's advisories, published in its account (with the account's name and
+        the domain, where the reference puts them), when someone listens."""
+        domain = self.config.domain
+
+        def advise(subject: str, event: dict[str, Any]) -> None:
+            if not account.listened(subject):
+                return
+            head = ("type", "id", "timestamp")
+            body = {**{k: event[k] for k in head}, "account": account.name,
+                    "stream": event["stream"], "consumer": event["consumer"]}
+            if domain:
+                body["domain"] = domain
+            body.update((k, v) for k, v in event.items() if k not in body)
+            publish_internal(self.server, account, subject.encode(), dumps(body))
+
+        return advise
 
     def _consumer_info(self, consumer: Consumer) -> dict[str, Any]:
         from ..server.gojson import go_time
 
-        return {**consumer.info(), "ts": go_time(time.time_ns(), utc=True)}
+        info = consumer.info()
+        groups = info.pop("priority_groups", None)  # (after the time, as the reference's)
+        info["ts"] = go_time(time.time_ns(), utc=True)
+        if groups:
+            info["priority_groups"] = groups
+        return info
 
     def _sender(self, account: Account) -> Any:
         server = self.server
@@ -704,6 +761,7 @@ def _type_of(tokens: list[str]) -> str:
         "CONSUMER.INFO": "consumer_info_response", "CONSUMER.DELETE": "consumer_delete_response",
         "CONSUMER.NAMES": "consumer_names_response", "CONSUMER.LIST": "consumer_list_response",
         "CONSUMER.PAUSE": "consumer_pause_response",
+        "CONSUMER.UNPIN": "consumer_unpin_response",
     }
     key = (".".join(tokens[:2]) if tokens and tokens[0] in ("STREAM", "CONSUMER")
            else (tokens[0] if tokens else ""))

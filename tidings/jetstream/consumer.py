@@ -11,6 +11,7 @@ decides what goes where.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections import OrderedDict, deque
@@ -18,11 +19,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..client.nuid import NUID
 from ..protocol.subjects import subject_matches
 from .consumer_config import DEFAULT_ACK_WAIT, DEFAULT_MAX_WAITING, NS
 from .memstore import StoredMsg
 
 Send = Callable[[str, str, "str | None", "bytes | None", bytes], None]
+Advise = Callable[[str, "dict[str, Any]"], None]
+ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER"
+_nuid = NUID()
 
 
 @dataclass
@@ -32,6 +37,31 @@ class Pending:
     cseq: int
     ts: int  # when delivered (ns)
     deliveries: int
+
+
+@dataclass
+class PriorityGroup:
+    """A pull request's priority fields (the reference's PriorityGroup): its group, an
+    overflow request's minimums, a pinned client's pin id, a prioritized request's
+    priority (0 first, 9 last)."""
+
+    group: str = ""
+    min_pending: int = 0
+    min_ack_pending: int = 0
+    id: str = ""
+    priority: int = 0
+
+
+@dataclass
+class NextRequest:
+    """A CONSUMER.MSG.NEXT's body, read (`parse_next`)."""
+
+    batch: int = 1
+    expires: int = 0  # ns
+    no_wait: bool = False
+    max_bytes: int = 0
+    heartbeat: int = 0  # ns
+    priority: PriorityGroup | None = None  # (a JSON body has one, a number does not)
 
 
 @dataclass
@@ -46,39 +76,76 @@ class PullRequest:
     heartbeat: float = 0.0  # seconds between idle heartbeats while it waits; 0: none
     next_heartbeat: float = 0.0  # monotonic
     delivered: int = 0
+    priority_group: PriorityGroup | None = None
+
+    @property
+    def rank(self) -> int:
+        """Its place among prioritized requests (those without a priority group last)."""
+        return self.priority_group.priority if self.priority_group else _LAST
+
+    @property
+    def pin(self) -> str:
+        return self.priority_group.id if self.priority_group else ""
+
+
+_LAST = 2**31 - 1
+# A pull request's JSON fields and their Go types (JSApiConsumerGetNextRequest's).
+_NEXT_FIELDS = {"expires": "time.Duration", "batch": "int", "max_bytes": "int",
+                "no_wait": "bool", "idle_heartbeat": "time.Duration", "group": "string",
+                "min_pending": "int64", "min_ack_pending": "int64", "id": "string",
+                "priority": "int"}
 
 
 class BadRequest(ValueError):
     """A pull request the reference answers with `400 Bad Request - <reason>`."""
 
 
-def parse_next(payload: bytes) -> tuple[int, int, bool, int, int]:
-    """A CONSUMER.MSG.NEXT's (batch, expires ns, no_wait, max_bytes, heartbeat ns): an empty
-    body is one message, a number that many, or a JSON request (as nextReqFromMsg)."""
-    import json
+def _go_fits(value: Any, go_type: str) -> bool:
+    if go_type == "string":
+        return isinstance(value, str)
+    if go_type == "bool":
+        return isinstance(value, bool)
+    return isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
 
+
+def _unmarshal_error(field: str, value: Any) -> str:
+    """Go's words for a JSON value that does not fit a pull request's field."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and _NEXT_FIELDS[field] not in ("string", "bool"):
+        kind = f"number {json.dumps(value)}"  # (Go names the number a number field refused)
+    else:
+        kind = {bool: "bool", str: "string", list: "array", dict: "object"}.get(
+            type(value), "number")
+    return (f"json: cannot unmarshal {kind} into Go struct field .{field} of type "
+            f"{_NEXT_FIELDS[field]}")
+
+
+def parse_next(payload: bytes) -> NextRequest:
+    """A CONSUMER.MSG.NEXT's body: empty is one message, a number that many, or a JSON
+    request (as nextReqFromMsg; BadRequest with Go's words when it does not read)."""
     body = payload.strip()
     if not body:
-        return 1, 0, False, 0, 0
+        return NextRequest()
     if body[:1] != b"{":
-        return (int(body), 0, False, 0, 0) if body.lstrip(b"+-").isdigit() else (1, 0, False, 0, 0)
+        return NextRequest(int(body)) if body.lstrip(b"+-").isdigit() else NextRequest()
     try:
         req = json.loads(body)
     except ValueError as exc:
         raise BadRequest(exc.msg.lower()) from None
     if not isinstance(req, dict):
         raise BadRequest("json: cannot unmarshal into Go value of type JSApiConsumerGetNextRequest")
-    numbers = []
-    for field in ("batch", "expires", "max_bytes", "idle_heartbeat"):
-        value = req.get(field) or 0
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise BadRequest(f"json: cannot unmarshal {type(value).__name__} into Go struct "
-                             f"field JSApiConsumerGetNextRequest.{field}")
-        numbers.append(value)
-    batch, expires, max_bytes, heartbeat = numbers
+    for field, value in req.items():
+        if field in _NEXT_FIELDS and value is not None and \
+                not _go_fits(value, _NEXT_FIELDS[field]):
+            raise BadRequest(_unmarshal_error(field, value))
+    expires, heartbeat = req.get("expires") or 0, req.get("idle_heartbeat") or 0
     if heartbeat > 0 and heartbeat * 2 > expires:
         raise BadRequest("heartbeat value too large")
-    return batch, expires, bool(req.get("no_wait")), max_bytes, heartbeat
+    group = PriorityGroup(req.get("group") or "", req.get("min_pending") or 0,
+                          req.get("min_ack_pending") or 0, req.get("id") or "",
+                          req.get("priority") or 0)
+    return NextRequest(req.get("batch") or 0, expires, bool(req.get("no_wait")),
+                       req.get("max_bytes") or 0, heartbeat, group)
 
 
 class Consumer:
@@ -86,13 +153,18 @@ class Consumer:
 
     def __init__(self, stream: Any, name: str, config: dict[str, Any], send: Send,
                  interest: Callable[[str], bool] = lambda subject: True,
-                 wake: Callable[[float], None] = lambda when: None) -> None:
+                 wake: Callable[[float], None] = lambda when: None,
+                 advise: Advise = lambda subject, event: None) -> None:
         self.stream = stream
         self.name = name
         self.config = config
         self.send = send
         self.interest = interest  # whether anyone listens to a subject (a target, a reply)
         self.wake = wake  # the caller calls on_timer() at this monotonic time (or soon after)
+        self.advise = advise  # an advisory to publish (the caller adds account and domain)
+        self.pin_id = ""  # pinned_client: the pin of the client that gets the messages
+        self.pinned_ts = 0  # when it was pinned (ns)
+        self.pin_deadline = 0.0  # monotonic: unpinned then unless it pulls again
         self._from_initial = False
         self.created = time.time_ns()
         self.durable = bool(config.get("durable_name"))
@@ -211,15 +283,10 @@ class Consumer:
             if request is None:
                 self._unget(msg)
                 break
+            if self.config.get("priority_policy") == "pinned_client":
+                headers = _with_header(headers, "Nats-Pin-Id", self.pin_id)
             self._deliver(msg, request.reply, ack, headers, data)
-            request.batch -= 1
-            request.delivered += 1
-            if request.batch <= 0:
-                self.waiting.remove(request)
-                if request.max_bytes > 0:
-                    self._status(request.reply, b"409 Batch Completed", _left(request))
-            elif request.heartbeat:
-                request.next_heartbeat = time.monotonic() + request.heartbeat
+            self._pop(request)
         if sent and target and self.config.get("flow_control"):
             # As the reference asks a push subscriber to show it keeps up (it answers on
             # the reply); tidings does not hold deliveries back for the answer.
@@ -237,20 +304,47 @@ class Consumer:
             self._status(request.reply, b"404 No Messages")
 
     def _next_waiting(self, size: int) -> PullRequest | None:
-        """The pull request that takes a message of `size` bytes: the oldest not expired,
-        with room for it (one without is ended: 409) and whose requester still listens."""
+        """The pull request that takes a message of `size` bytes, at the head of the queue:
+        the first not expired (408), that its priority policy lets take it (a pinned
+        client's: the pinned one, one with a stale pin told so with a 423; overflow: one
+        whose minimums are reached), with room for it (one without is ended: 409) and whose
+        requester still listens. The others it passed over go to the back."""
         now = time.monotonic()
+        policy = self.config.get("priority_policy")
+        need_pin = policy == "pinned_client" and not self.pin_id
+        cycled = 0
         while self.waiting:
             request = self.waiting[0]
             if request.expires and request.expires <= now:
                 self.waiting.popleft()
                 self._status(request.reply, b"408 Request Timeout", _left(request))
                 continue
+            assigned = False
+            if need_pin or self.pin_id:
+                if need_pin and not request.pin:
+                    self._assign_pin(request)
+                    assigned = True
+                elif request.pin and request.pin != self.pin_id:
+                    self.waiting.popleft()
+                    self._status(request.reply, b"423 Nats-Wrong-Pin-Id", _left(request))
+                    continue
+                elif not need_pin and not request.pin:  # (another client holds the pin)
+                    cycled += 1
+                    if self._passed_over(cycled):
+                        return None
+                    continue
+            if policy == "overflow" and not self._overflows(request):
+                cycled += 1
+                if self._passed_over(cycled):
+                    return None
+                continue
             if request.max_bytes:
                 if size > request.max_bytes:
                     self.waiting.popleft()
                     self._status(request.reply, b"409 Message Size Exceeds MaxBytes",
                                  _left(request))
+                    if assigned:
+                        self._unpin()
                     continue
                 request.max_bytes -= size
                 if request.max_bytes == 0:
@@ -260,6 +354,87 @@ class Consumer:
                 continue
             return request
         return None
+
+    def _passed_over(self, cycled: int) -> bool:
+        """The head request may not take this message: to the back of the queue; True
+        once every request was passed over."""
+        self.waiting.rotate(-1)
+        return cycled >= len(self.waiting)
+
+    def _overflows(self, request: PullRequest) -> bool:
+        """Whether an overflow consumer serves `request`: one without minimums always, one
+        with them when the messages pending (this one counted) or the acks pending reach
+        one of them."""
+        group = request.priority_group
+        if group is None or (group.min_pending <= 0 and group.min_ack_pending <= 0):
+            return True
+        return (0 < group.min_pending <= self.num_pending() + 1) or \
+            (0 < group.min_ack_pending <= len(self.pending))
+
+    def _pop(self, request: PullRequest) -> None:
+        """`request` (the head) took a message: it leaves the queue when done, else goes
+        behind the others (prioritized: behind the others of its priority)."""
+        request.batch -= 1
+        request.delivered += 1
+        if request.batch <= 0:
+            self.waiting.popleft()
+            if request.max_bytes > 0:
+                self._status(request.reply, b"409 Batch Completed", _left(request))
+            return
+        if request.heartbeat:
+            request.next_heartbeat = time.monotonic() + request.heartbeat
+        if len(self.waiting) > 1:
+            self.waiting.popleft()
+            self._enqueue(request)
+
+    def _enqueue(self, request: PullRequest) -> None:
+        """At the back of the queue; prioritized: behind those of its priority or before."""
+        if self.config.get("priority_policy") != "prioritized":
+            self.waiting.append(request)
+            return
+        at = next((i for i, other in enumerate(self.waiting) if other.rank > request.rank),
+                  len(self.waiting))
+        self.waiting.insert(at, request)
+
+    # -- pinned client ---------------------------------------------------------------------
+    def _assign_pin(self, request: PullRequest) -> None:
+        """A new pin, the requester's (a request naming a group only)."""
+        group = request.priority_group
+        if group is None or not group.group:
+            return
+        self.pin_id = _nuid.next().decode()
+        self.pinned_ts = time.time_ns()
+        group.id = self.pin_id
+        self._renew_pin()
+        self._advise("PINNED", "consumer_group_pinned",
+                     {"group": group.group, "pinned_id": self.pin_id})
+
+    def _renew_pin(self) -> None:
+        """The pin holds for priority_timeout from now (each pull of its client renews it)."""
+        ttl = self.config.get("priority_timeout") or 0
+        self.pin_deadline = time.monotonic() + ttl / NS
+        self.wake(self.pin_deadline)
+
+    def _unpin(self) -> None:
+        self.pin_id, self.pinned_ts, self.pin_deadline = "", 0, 0.0
+
+    def unpin(self, group: str, reason: str = "admin") -> None:
+        """Release the pin (CONSUMER.UNPIN, or its timeout): the next puller gets a new one."""
+        self._unpin()
+        self._advise("UNPINNED", "consumer_group_unpinned", {"group": group, "reason": reason})
+        self.pump()
+
+    def _expire_pin(self) -> None:
+        if self.pin_id and self.pin_deadline <= time.monotonic():
+            self.unpin((self.config.get("priority_groups") or [""])[0], "timeout")
+
+    def _advise(self, kind: str, event_type: str, fields: dict[str, Any]) -> None:
+        from ..server.gojson import go_time
+
+        self.advise(f"{ADVISORY}.{kind}.{self.stream.name}.{self.name}", {
+            "type": f"io.nats.jetstream.advisory.v1.{event_type}",
+            "id": _nuid.next().decode(), "timestamp": go_time(time.time_ns(), utc=True),
+            "stream": self.stream.name, "consumer": self.name, **fields})
 
     def paused_for(self) -> int:
         """Nanoseconds left of a pause (`pause_until`), 0 if not paused."""
@@ -381,10 +556,14 @@ class Consumer:
         if cfg.get("deliver_subject"):
             return self._status(reply, b"409 Consumer is push based")
         try:
-            batch, expires, no_wait, max_bytes, heartbeat = parse_next(payload)
+            next_request = parse_next(payload)
         except BadRequest as exc:
             return self._status(reply, f"400 Bad Request - {exc}".encode())
-        refusal = self._request_limits(batch, expires, max_bytes)
+        batch, expires, no_wait, max_bytes, heartbeat = (
+            next_request.batch, next_request.expires, next_request.no_wait,
+            next_request.max_bytes, next_request.heartbeat)
+        refusal = (self._request_limits(batch, expires, max_bytes)
+                   or self._priority_refusal(next_request.priority))
         if refusal:
             return self._status(reply, refusal.encode())
         if len(self.waiting) >= cfg.get("max_waiting", DEFAULT_MAX_WAITING):
@@ -403,8 +582,8 @@ class Consumer:
         now = time.monotonic()
         request = PullRequest(reply, max(1, batch), now + expires / NS if expires else 0.0,
                               no_wait, max(0, max_bytes), heartbeat / NS,
-                              now + heartbeat / NS)
-        self.waiting.append(request)
+                              now + heartbeat / NS, priority_group=next_request.priority)
+        self._enqueue(request)
         self.pump()
         if request in self.waiting:
             self.wake(self.next_deadline())
@@ -423,6 +602,32 @@ class Consumer:
             return f"409 Exceeded MaxRequestMaxBytes of {cfg['max_bytes']}"
         return ""
 
+    def _priority_refusal(self, group: PriorityGroup | None) -> str:
+        """A pull request's priority fields against the consumer's policy and groups (the
+        reference's 400s, and a 423 for a pin that is not the current one); a pull of the
+        pinned client renews its pin."""
+        if group is None:
+            return ""
+        policy = self.config.get("priority_policy")
+        if (group.min_pending or group.min_ack_pending) and policy != "overflow":
+            return "400 Bad Request - Not a Overflow Priority consumer"
+        if group.id and policy != "pinned_client":
+            return "400 Bad Request - Not a Pinned Client Priority consumer"
+        if not 0 <= group.priority <= 9:
+            return "400 Bad Request - Priority must be between 0 and 9"
+        if not policy:
+            return ""
+        if not group.group:
+            return "400 Bad Request - Priority Group missing"
+        if group.group not in (self.config.get("priority_groups") or []):
+            return "400 Bad Request - Invalid Priority Group"
+        if self.pin_id:
+            if group.id == self.pin_id:
+                self._renew_pin()
+            elif group.id:
+                return "423 Nats-Pin-Id mismatch"
+        return ""
+
     def _expire_requests(self) -> None:
         now = time.monotonic()
         for request in [r for r in self.waiting if r.expires and r.expires <= now]:
@@ -434,10 +639,14 @@ class Consumer:
         heartbeat), 0 if none."""
         times = [r.expires for r in self.waiting if r.expires]
         times += [r.next_heartbeat for r in self.waiting if r.heartbeat]
+        if self.pin_id:
+            times.append(self.pin_deadline)
         return min(times) if times else 0.0
 
     def on_timer(self) -> None:
-        """What is due now: expired requests, heartbeats (then the next deadline asked)."""
+        """What is due now: a pin's timeout, expired requests, heartbeats (then the next
+        deadline asked)."""
+        self._expire_pin()
         self.pump()
         self.heartbeat()
         self._end_no_waits()
@@ -447,6 +656,7 @@ class Consumer:
 
     def close(self) -> None:
         """Deleted: each waiting request hears so (409 Consumer Deleted)."""
+        self._unpin()
         while self.waiting:
             self._status(self.waiting.popleft().reply, b"409 Consumer Deleted")
 
@@ -461,6 +671,7 @@ class Consumer:
                         continue
                     entry.ts = now
                     self.redeliver.append(seq)
+        self._expire_pin()
         self.pump()
         self.heartbeat()
 
@@ -567,7 +778,29 @@ class Consumer:
             "num_waiting": len(self.waiting), "num_pending": self.num_pending(),
             **({"push_bound": True} if self._bound() else {}),
             **({"paused": True, "pause_remaining": left} if (left := self.paused_for()) else {}),
+            **self._priority_state(),
         }
+
+    def _priority_state(self) -> dict[str, Any]:
+        """Consumer info's `priority_groups`: its first group, with the pin if any (the
+        reference's PriorityGroupState, whose pinned_ts is never left out)."""
+        from ..server.gojson import go_time
+
+        groups = self.config.get("priority_groups") or []
+        if not groups:
+            return {}
+        state: dict[str, Any] = {"group": groups[0]}
+        if self.pin_id:
+            state["pinned_client_id"] = self.pin_id
+        state["pinned_ts"] = (go_time(self.pinned_ts, utc=True) if self.pinned_ts
+                              else "0001-01-01T00:00:00Z")
+        return {"priority_groups": [state]}
+
+
+def _with_header(headers: bytes | None, name: str, value: str) -> bytes:
+    """Headers with one more (as the reference's genHeader: at the end of them)."""
+    head = headers[:-2] if headers and len(headers) > 2 else b"NATS/1.0\r\n"
+    return head + f"{name}: {value}\r\n\r\n".encode()
 
 
 def _left(request: PullRequest) -> bytes:

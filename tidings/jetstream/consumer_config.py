@@ -4,6 +4,8 @@ errors; `check_on_stream`: what a work-queue stream allows)."""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from ..protocol.subjects import is_valid_subject, subject_matches, subjects_collide
@@ -23,6 +25,7 @@ _FIELDS = (
     "max_ack_pending", "flow_control", "headers_only", "max_batch", "max_expires",
     "max_bytes", "deliver_subject", "deliver_group", "idle_heartbeat", "inactive_threshold",
     "num_replicas", "mem_storage", "direct", "sourcing", "metadata", "pause_until",
+    "priority_groups", "priority_policy", "priority_timeout",
 )
 _ALWAYS = ("deliver_policy", "ack_policy", "replay_policy", "num_replicas")
 _CHOICES = {"deliver_policy": ("all", "last", "new", "by_start_sequence", "by_start_time",
@@ -31,7 +34,10 @@ _CHOICES = {"deliver_policy": ("all", "last", "new", "by_start_sequence", "by_st
             "replay_policy": ("instant", "original")}
 
 _ZERO_WHEN_NEGATIVE = ("max_waiting", "max_batch", "max_expires", "max_bytes",
-                       "idle_heartbeat", "inactive_threshold")
+                       "idle_heartbeat", "inactive_threshold", "priority_timeout")
+PRIORITY_POLICIES = ("none", "overflow", "pinned_client", "prioritized")
+DEFAULT_PINNED_TTL = 120 * NS  # (the reference's JsDefaultPinnedTTL)
+_GROUP_NAME = re.compile(r"[a-zA-Z0-9/_=-]{1,16}")
 
 
 def normalize(raw: Any, durable: str = "", stream: dict[str, Any] | None = None
@@ -40,6 +46,7 @@ def normalize(raw: Any, durable: str = "", stream: dict[str, Any] | None = None
     `stream`: its stream's configuration, whose consumer_limits give defaults)."""
     if not isinstance(raw, dict):
         raise errors.CONSUMER_CONFIG_REQUIRED()
+    _priority_types(raw)
     # (zeros and false are the reference's "not given": its fields are omitempty)
     cfg = {k: v for k, v in raw.items()
            if k in _FIELDS and v not in (None, "", [], {}, 0, False)}
@@ -71,14 +78,87 @@ def normalize(raw: Any, durable: str = "", stream: dict[str, Any] | None = None
         cfg.setdefault("ack_wait", DEFAULT_ACK_WAIT)
         cfg.setdefault("max_ack_pending", DEFAULT_MAX_ACK_PENDING)
     cfg.setdefault("max_deliver", -1)
+    if cfg.get("priority_policy") == "none":
+        del cfg["priority_policy"]  # (the reference's zero value, left out)
+    if cfg.get("priority_policy") == "pinned_client":
+        cfg.setdefault("priority_timeout", DEFAULT_PINNED_TTL)
     if not cfg.get("deliver_subject"):
         cfg.setdefault("max_waiting", DEFAULT_MAX_WAITING)
     if not cfg.get("durable_name"):
         cfg.setdefault("inactive_threshold", DEFAULT_INACTIVE_THRESHOLD)
     cfg["num_replicas"] = int(raw.get("num_replicas") or 0)
     cfg["metadata"] = {**(raw.get("metadata") or {}), "_nats.level": "1",
-                       "_nats.req.level": "0", "_nats.ver": "2.11.0"}
+                       "_nats.req.level": str(_required_level(raw)), "_nats.ver": "2.11.0"}
     return {k: cfg[k] for k in _FIELDS if k in cfg or k in _ALWAYS}
+
+
+def _required_level(raw: dict[str, Any]) -> int:
+    """The API level a consumer needs (the reference's `_nats.req.level`, from the
+    configuration as given): 1 with a pause or priority groups."""
+    if raw.get("pause_until"):
+        return 1
+    if raw.get("priority_policy") not in (None, "none") or raw.get("priority_timeout") \
+            or raw.get("priority_groups"):
+        return 1
+    return 0
+
+
+def json_kind(value: Any) -> str:
+    """What Go's encoding/json calls a JSON value in its errors."""
+    for kind, name in ((bool, "bool"), (int, "number"), (float, "number"), (str, "string"),
+                       (list, "array"), (dict, "object")):
+        if isinstance(value, kind):
+            return name
+    return "null"
+
+
+def _priority_types(raw: dict[str, Any]) -> None:
+    """The priority fields' JSON, read as the reference reads it (its words when not)."""
+    policy = raw.get("priority_policy")
+    if "priority_policy" in raw and policy not in PRIORITY_POLICIES:
+        raise errors.INVALID_JSON(err=f"unknown priority policy: {json.dumps(policy)}")
+    ttl = raw.get("priority_timeout")
+    if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool)):
+        kind = f"number {json.dumps(ttl)}" if isinstance(ttl, float) else json_kind(ttl)
+        raise errors.INVALID_JSON(
+            err=f"json: cannot unmarshal {kind} into Go struct field "
+                "CreateConsumerRequest.config.priority_timeout of type time.Duration")
+    groups = raw.get("priority_groups")
+    if groups is not None and not isinstance(groups, list):
+        raise errors.INVALID_JSON(
+            err=f"json: cannot unmarshal {json_kind(groups)} into Go struct field "
+                "CreateConsumerRequest.config.priority_groups of type []string")
+    for i, group in enumerate(groups or []):
+        if not isinstance(group, str):
+            raise errors.INVALID_JSON(
+                err=f"json: cannot unmarshal {json_kind(group)} into "
+                    f"CreateConsumerRequest.config.priority_groups.{i} of type string")
+
+
+def _priority(cfg: dict[str, Any]) -> None:
+    """Priority groups: for pull consumers, named, with a policy (and a pin's timeout only
+    with one)."""
+    if cfg.get("priority_policy"):
+        if cfg.get("deliver_subject"):
+            raise errors.CONSUMER_PUSH_WITH_PRIORITY_GROUP()
+        groups = cfg.get("priority_groups") or []
+        if not groups:
+            raise errors.CONSUMER_PRIORITY_POLICY_WITHOUT_GROUP()
+        for group in groups:
+            if not group:
+                raise errors.CONSUMER_EMPTY_GROUP_NAME()
+            if not valid_group_name(group):
+                raise errors.CONSUMER_INVALID_GROUP_NAME()
+    else:
+        if cfg.get("priority_groups"):
+            raise errors.CONSUMER_PRIORITY_GROUP_WITH_POLICY_NONE()
+        if cfg.get("priority_timeout"):
+            raise errors.CONSUMER_PINNED_TTL_WITHOUT_PRIORITY_POLICY_NONE()
+
+
+def valid_group_name(group: str) -> bool:
+    """A priority group's name: 1 to 16 of A-Z, a-z, 0-9, -, _, /, =."""
+    return _GROUP_NAME.fullmatch(group) is not None
 
 
 
@@ -199,6 +279,7 @@ def check(cfg: dict[str, Any], stream: dict[str, Any]) -> None:
         raise errors.CONSUMER_WITH_FLOW_CONTROL_NEEDS_HEARTBEATS()
     if cfg.get("durable_name") and cfg.get("name") and cfg["name"] != cfg["durable_name"]:
         raise errors.CONSUMER_CREATE_DURABLE_AND_NAME_MISMATCH()
+    _priority(cfg)
 
 
 def _filters(cfg: dict[str, Any]) -> None:
