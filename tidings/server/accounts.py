@@ -89,17 +89,24 @@ class Account:
     def __repr__(self) -> str:
         return f"Account({self.name!r})"
 
-    def listened(self, subject: str, ignore: Subscription | None = None) -> bool:
+    def listened(self, subject: str, ignore: Subscription | None = None, depth: int = 0) -> bool:
         """Whether anyone (here, over a route, or an import) listens to `subject` here,
-        `ignore` aside."""
+        `ignore` aside: through a stream import, a subscriber of the importing account."""
         key = subject.encode()
         plain, groups, remote = self.sublist.cache.get(key) or self.sublist.compute(key)
         if groups or any(sub is not ignore for sub in plain):
             return True
         if remote is None:
             return False
-        return bool(remote.plain or remote.groups
-                    or any(sub is not ignore for sub in remote.relays))
+        if remote.plain or remote.groups:
+            return True
+        for sub in remote.relays:
+            if sub is ignore:
+                continue
+            listens = sub.client.listens
+            if listens is None or (depth < 4 and listens(subject, depth + 1)):
+                return True
+        return False
 
     def configure(self, config: AccountConfig | None) -> None:
         """Take `config`'s exports and limits (None: none of its own any more)."""
@@ -142,10 +149,13 @@ class Relay:
     echo = True
     name = ""
 
-    __slots__ = ("cid", "carry", "routed")
+    __slots__ = ("cid", "carry", "routed", "listens")
 
     def __init__(self, cid: int, carry: Callable[..., bool], routed: bool) -> None:
         self.cid = cid
+        # listens(subject, depth) -> whether a message on subject would reach anyone there
+        # (a stream import: its account's interest; others: always)
+        self.listens: Callable[[str, int], bool] | None = None
         # carry(pub, subject, reply, frame, plain_frame, hops) -> delivered anywhere
         self.carry = carry
         # Whether it carries messages that came over a route too: a stream import's and a
@@ -350,7 +360,12 @@ class Accounts:
             # subscribers (the relay's interest in the exporting account brings them there).
             return route(pub, subj, reply, frame, plain, None, account, False, hops)
 
-        self._import_sub(source, subject, carry)
+        def listens(subj: str, depth: int) -> bool:
+            if transform is not None:
+                subj = transform.apply(subj.encode()).decode()
+            return account.listened(subj, depth=depth)
+
+        self._import_sub(source, subject, carry).client.listens = listens
 
     def _service_import(self, account: Account, source: Account, imp: ServiceImport) -> None:
         export = source.export_for(ServiceExport, imp.subject, account.name)

@@ -102,3 +102,38 @@ async def test_another_account_has_none_of_those_limits(server: Server) -> None:
         assert info["api"]["total"] == 1  # A's requests are A's
     finally:
         await nc.close()
+
+
+IMPORT_CONF = """
+jetstream: {{ store_dir: "{store}" }}
+accounts: {{
+  JS {{ jetstream: enabled, users: [{{ user: "js", password: "js" }}],
+        exports: [{{ stream: "A.>", accounts: ["A"] }}] }}
+  A {{ users: [{{ user: "a", password: "a" }}],
+       imports: [{{ stream: {{ subject: "A.>", account: "JS" }} }}] }}
+}}
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_push_consumer_is_bound_once_the_importer_subscribes(
+        kind: str, tmp_path: Path) -> None:
+    srv = start_configured(kind, IMPORT_CONF.format(store=tmp_path), streaming=False)
+    admin = await nats.connect(srv.url, user="js", password="js")
+    other = await nats.connect(srv.url, user="a", password="a")
+    try:
+        await api(admin, "STREAM.CREATE.X", stream("X"))
+        consumer = {"stream_name": "X", "config": {"durable_name": "p",
+                                                   "deliver_subject": "A.inbox"}}
+        created = await api(admin, "CONSUMER.DURABLE.CREATE.X.p", consumer)
+        assert "push_bound" not in created  # the import alone is no subscriber
+        sub = await other.subscribe("A.inbox")
+        await other.flush()
+        assert (await api(admin, "CONSUMER.INFO.X.p")).get("push_bound") is True
+        await admin.publish("x", b"through the import")
+        msg = await sub.next_msg(5)
+        assert msg.data == b"through the import"
+    finally:
+        await admin.close()
+        await other.close()
+        srv.stop()
