@@ -177,6 +177,9 @@ class JetStream:
             sub = subscribe_internal(self.server.accounts, account, prefix + b">", in_domain,
                                      routed=False)
             self.subs.append((account, sub))
+        sub = subscribe_internal(self.server.accounts, account, b"$JS.FC.>",
+                                 lambda *a: self._flow_control(account, *a), routed=False)
+        self.subs.append((account, sub))
         sub = subscribe_internal(self.server.accounts, account, b"$JS.ACK.>",
                                  lambda *a: self._ack(account, *a), routed=False)
         self.subs.append((account, sub))
@@ -531,6 +534,18 @@ class JetStream:
                 server.flush()
 
         return send
+
+    def _flow_control(self, account: Account, subject: bytes, reply: bytes | None,
+                      headers: bytes | None, payload: bytes) -> None:
+        """A push subscriber's answer to a flow control request,
+        `$JS.FC.<stream>.<consumer>.<id>`."""
+        tokens = subject.decode(errors="replace").split(".")
+        if len(tokens) != 5:
+            return
+        stream = self.streams.get(account, {}).get(tokens[2])
+        consumer = stream.consumers.get(tokens[3]) if stream is not None else None
+        if consumer is not None:
+            consumer.flow_control_reply(subject.decode(errors="replace"))
 
     def _ack(self, account: Account, subject: bytes, reply: bytes | None,
              headers: bytes | None, payload: bytes) -> None:

@@ -30,6 +30,43 @@ ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER"
 _nuid = NUID()
 
 
+PUMP_BUDGET = 4 * 1024 * 1024  # bytes one pump sends before it gives the loop back
+FLOW_LIMIT = 32 * 1024 * 1024  # the reference's JsFlowControlMaxPending
+
+
+class FlowControl:
+    """A push consumer's flow control, as the reference's: bytes sent since the last
+    answer; past half the window a request goes out (its reply subject), past the window
+    deliveries stall until it is answered; each answer doubles the window up to 32 MB."""
+
+    def __init__(self) -> None:
+        self.window = FLOW_LIMIT // 16
+        self.pending = 0
+        self.waiting_for = ""  # the reply subject of the request out, if one is
+        self.asked_at = 0  # pending bytes when it went out
+
+    def stalled(self) -> bool:
+        return self.pending > self.window
+
+    def delivered(self, size: int) -> bool:
+        """`size` bytes sent; whether a request should go out now."""
+        self.pending += size
+        return not self.waiting_for and self.pending > self.window // 2
+
+    def request(self, prefix: str) -> str:
+        self.waiting_for = prefix + secrets.token_hex(2)
+        self.asked_at = self.pending
+        return self.waiting_for
+
+    def answered(self, subject: str) -> bool:
+        if not self.waiting_for or subject != self.waiting_for:
+            return False
+        self.window = min(self.window * 2, FLOW_LIMIT)
+        self.pending = max(0, self.pending - self.asked_at)
+        self.waiting_for, self.asked_at = "", 0
+        return True
+
+
 @dataclass
 class Pending:
     """A delivered message waiting for its ack."""
@@ -161,6 +198,8 @@ class Consumer:
         self.send = send
         self.interest = interest  # whether anyone listens to a subject (a target, a reply)
         self.wake = wake  # the caller calls on_timer() at this monotonic time (or soon after)
+        self.flow = FlowControl() if config.get("flow_control") and \
+            config.get("deliver_subject") else None
         self.advise = advise  # an advisory to publish (the caller adds account and domain)
         self.pin_id = ""  # pinned_client: the pin of the client that gets the messages
         self.pinned_ts = 0  # when it was pinned (ns)
@@ -265,20 +304,29 @@ class Consumer:
             return  # paused: nothing goes until pause_until (the next tick after)
         if target and not self.interest(target):
             return  # a push consumer delivers once someone listens
-        sent = 0
         end_of_stream = False
+        budget = PUMP_BUDGET  # bytes one call sends at most: the rest on the next turn
+        flow = self.flow
         while self._may_deliver() and (target or self.waiting):
+            if budget <= 0:
+                self.wake(time.monotonic())
+                break
+            if flow is not None and flow.stalled():
+                break  # until the subscriber answers the flow control request
             self._from_initial = False
             msg = self._next_message()
             if msg is None:
                 end_of_stream = True
                 break
             ack, headers, data = self._delivery(msg)
+            size = len(msg.subject) + len(ack) + len(headers or b"") + len(data)
+            budget -= size
             if target:
                 self._deliver(msg, target, ack, headers, data)
-                sent += 1
+                if flow is not None and flow.delivered(size):
+                    self._status(target, b"100 FlowControl Request", reply_to=flow.request(
+                        f"$JS.FC.{self.stream.name}.{self.name}."))
                 continue
-            size = len(msg.subject) + len(ack) + len(headers or b"") + len(data)
             request = self._next_waiting(size)
             if request is None:
                 self._unget(msg)
@@ -287,11 +335,6 @@ class Consumer:
                 headers = _with_header(headers, "Nats-Pin-Id", self.pin_id)
             self._deliver(msg, request.reply, ack, headers, data)
             self._pop(request)
-        if sent and target and self.config.get("flow_control"):
-            # As the reference asks a push subscriber to show it keeps up (it answers on
-            # the reply); tidings does not hold deliveries back for the answer.
-            self.send(target, target, f"$JS.FC.{self.stream.name}.{self.name}."
-                      f"{secrets.token_hex(4)}", b"NATS/1.0 100 FlowControl Request\r\n\r\n", b"")
         if end_of_stream:
             self._end_no_waits()
 
@@ -508,12 +551,21 @@ class Consumer:
 
     def _last_headers(self) -> bytes:
         """Where it is, as an idle heartbeat says it: its last consumer sequence and the
-        stream sequence it has looked at."""
+        stream sequence it has looked at (and the flow control request it waits for)."""
+        stalled = (f"Nats-Consumer-Stalled: {self.flow.waiting_for}\r\n"
+                   if self.flow is not None and self.flow.waiting_for else "")
         return (f"Nats-Last-Consumer: {self.cseq}\r\n"
-                f"Nats-Last-Stream: {max(0, self.next_seq - 1)}\r\n").encode()
+                f"Nats-Last-Stream: {max(0, self.next_seq - 1)}\r\n{stalled}").encode()
 
-    def _status(self, reply: str, status: bytes, extra: bytes = b"") -> None:
-        self.send(reply, reply, None, b"NATS/1.0 " + status + b"\r\n" + extra + b"\r\n", b"")
+    def flow_control_reply(self, subject: str) -> None:
+        """The subscriber answered a flow control request (`subject`): deliveries go on."""
+        if self.flow is not None and self.flow.answered(subject):
+            self.pump()
+
+    def _status(self, reply: str, status: bytes, extra: bytes = b"",
+                reply_to: str | None = None) -> None:
+        self.send(reply, reply, reply_to,
+                  b"NATS/1.0 " + status + b"\r\n" + extra + b"\r\n", b"")
 
     def num_pending(self) -> int:
         """Messages it would still deliver: the rest of a last-per-subject start, and

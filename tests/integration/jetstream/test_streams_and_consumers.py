@@ -562,3 +562,40 @@ async def test_a_pull_for_no_consumer_has_no_responders(nc: Client) -> None:
     for subject in ("$JS.API.CONSUMER.MSG.NEXT.GONE.c", "$JS.API.DIRECT.GET.GONE"):
         with pytest.raises(NoRespondersError):
             await nc.request(subject, b"", timeout=5)
+
+
+async def test_flow_control_holds_deliveries_until_answered(nc: Client) -> None:
+    """A push consumer with flow control stalls past its window (2 MB at first) until the
+    subscriber answers the request; its heartbeat says so (Nats-Consumer-Stalled)."""
+    js = nc.jetstream()
+    await js.add_stream(name="FLOW", subjects=["flow"], storage=StorageType.MEMORY)
+    try:
+        chunk = b"x" * 100_000
+        for _ in range(40):
+            await js.publish("flow", chunk)
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await js.add_consumer("FLOW", durable_name="fc", deliver_subject=inbox,
+                              flow_control=True, idle_heartbeat=1.0)
+        data, requests = 0, []
+        while True:
+            msg = await sub.next_msg(10)
+            status = msg.headers.get("Status") if msg.headers else None
+            if status is None:
+                data += 1
+            elif msg.reply:  # a flow control request
+                requests.append(msg.reply)
+            elif msg.headers.get("Nats-Consumer-Stalled"):
+                break  # an idle heartbeat while stalled
+        assert requests and msg.headers["Nats-Consumer-Stalled"] == requests[-1]
+        assert 10 <= data < 40
+        await nc.publish(requests[-1], b"")
+        while data < 40:
+            msg = await sub.next_msg(10)
+            if msg.headers and msg.headers.get("Status"):
+                if msg.reply:
+                    await nc.publish(msg.reply, b"")
+                continue
+            data += 1
+    finally:
+        await js.delete_stream("FLOW")
