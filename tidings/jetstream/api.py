@@ -42,6 +42,7 @@ API_PREFIX = "$JS.API."
 NAMES_LIMIT = 1024
 LIST_LIMIT = 256
 SUBJECT_DETAILS_LIMIT = 100_000
+AUDIT_SUBJECT = "$JS.EVENT.ADVISORY.API"
 TICK = 0.1  # seconds between looks at pull requests' expiry and ack waits
 SAVE_EVERY = 10  # ticks between saves of durable consumers' positions (and at shutdown)
 
@@ -54,6 +55,7 @@ class JetStream:
         self.total = 0  # API requests answered (the server's; by account in api_counts)
         self.errors = 0
         self.api_counts: dict[Account, list[int]] = {}  # account -> [total, errors]
+        self._auditing: tuple[Any, bytes, bytes | None, bytes] | None = None
         self._open: dict[Stream, list[tuple[Account, bytes | None, dict[str, Any]]]] = {}
         self.subs: list[tuple[Account, Any]] = []
         self._timer: Any = None
@@ -138,6 +140,7 @@ class JetStream:
                     if self._inactive(account, consumer):
                         del stream.consumers[consumer.name]
                         consumer.close()
+                        self._action(account, stream, "delete", consumer.name)
         if self.server.reader is None:
             self.server.flush()
 
@@ -166,16 +169,17 @@ class JetStream:
         if account.system:
             return
         sub = subscribe_internal(self.server.accounts, account, b"$JS.API.>",
-                                 lambda *a: self._request(account, *a), routed=False)
+                                 lambda *a: self._audited(account, *a), routed=False,
+                                 with_client=True)
         self.subs.append((account, sub))
         if self.config.domain:  # $JS.<domain>.API.> is $JS.API.> (from other domains)
             prefix = f"$JS.{self.config.domain}.API.".encode()
 
-            def in_domain(subject: bytes, *rest: Any) -> None:
-                self._request(account, b"$JS.API." + subject[len(prefix):], *rest)
+            def in_domain(pub: Any, subject: bytes, *rest: Any) -> bool | None:
+                return self._audited(account, pub, b"$JS.API." + subject[len(prefix):], *rest)
 
             sub = subscribe_internal(self.server.accounts, account, prefix + b">", in_domain,
-                                     routed=False)
+                                     routed=False, with_client=True)
             self.subs.append((account, sub))
         sub = subscribe_internal(self.server.accounts, account, b"$JS.FC.>",
                                  lambda *a: self._flow_control(account, *a), routed=False)
@@ -187,6 +191,43 @@ class JetStream:
             self._recover(account)
 
     # -- requests ------------------------------------------------------------------------------
+    def _audited(self, account: Account, pub: Any, subject: bytes, reply: bytes | None,
+                 headers: bytes | None, payload: bytes) -> bool | None:
+        """A request, its answer audited on `$JS.EVENT.ADVISORY.API` when anyone listens."""
+        self._auditing = (pub, subject, headers, payload)
+        try:
+            return self._request(account, subject, reply, headers, payload)
+        finally:
+            self._auditing = None
+
+    def _audit(self, account: Account, response: bytes) -> None:
+        """The reference's api_audit advisory of the request being answered."""
+        from ..protocol.headers import header_fields
+        from ..server.accounts import REQUEST_INFO
+        from ..server.clientinfo import client_info
+        from ..server.gojson import go_time
+        from .consumer import new_id
+
+        if self._auditing is None or not account.listened(AUDIT_SUBJECT):
+            return
+        pub, subject, headers, payload = self._auditing
+        given = header_fields(headers).get(REQUEST_INFO.decode().lower()) if headers else None
+        try:
+            client = json.loads(given) if given else None
+        except ValueError:
+            client = None
+        if client is None and pub is not None and not getattr(pub, "is_route", True):
+            client = client_info(pub, True, where=True)
+        event: dict[str, Any] = {
+            "type": "io.nats.jetstream.advisory.v1.api_audit", "id": new_id(),
+            "timestamp": go_time(time.time_ns(), utc=True), "server": self.server.name,
+            "client": client, "subject": subject.decode(errors="replace")}
+        if payload:
+            event["request"] = payload.decode(errors="replace")
+        event["response"] = response.decode(errors="replace")
+        self._auditing = None  # (one answer per request)
+        self.advise(account, AUDIT_SUBJECT, event)
+
     def _request(self, account: Account, subject: bytes, reply: bytes | None,
                  headers: bytes | None, payload: bytes) -> bool | None:
         """One `$JS.API` request; False where the reference has no subscription (a pull
@@ -248,7 +289,8 @@ class JetStream:
             return self._stream_info(account, stream, body, reply, kind)
         if op == "STREAM.DELETE":
             self._remove(account, streams, stream)
-            return self._reply(account, reply, kind, success=True)
+            self._reply(account, reply, kind, success=True)
+            return self._action(account, stream, "delete")
         if op == "STREAM.PURGE":
             if stream.config.get("deny_purge"):
                 raise errors.STREAM_PURGE_FAILED(err="stream purge not permitted")
@@ -301,6 +343,7 @@ class JetStream:
                 existing.config = config
                 existing.save_config()
                 self._subscribe(account, existing)
+                self._action(account, existing, "modify")
             return self._reply(account, reply, kind, **existing.info())
         if update:
             raise errors.STREAM_NOT_FOUND()
@@ -310,7 +353,8 @@ class JetStream:
         stream = streams[name] = Stream(config, self._stream_dir(account, name),
                                         self.config.sync_always)
         self._subscribe(account, stream)
-        return self._reply(account, reply, kind, **stream.info(), did_create=True)
+        self._reply(account, reply, kind, **stream.info(), did_create=True)
+        self._action(account, stream, "create")
 
     def _stream_info(self, account: Account, stream: Stream, body: Any, reply: bytes,
                      kind: str) -> None:
@@ -377,6 +421,7 @@ class JetStream:
         if op == "CONSUMER.DELETE":
             del stream.consumers[name]
             consumer.close()
+            self._action(account, stream, "delete", name)
             stream.forget_consumer(name)
             return self._reply(account, reply, kind, success=True)
         if op == "CONSUMER.PAUSE":
@@ -463,6 +508,7 @@ class JetStream:
             raise errors.CONSUMER_STORE_FAILED(err=str(failed))
         stream.consumers[name] = consumer
         self._reply(account, reply, kind, **self._consumer_info(consumer))
+        self._action(account, stream, "create", name)
         consumer.pump()
 
     def _new_consumer(self, account: Account, stream: Stream, name: str,
@@ -489,22 +535,50 @@ class JetStream:
         return consumer
 
     def _advisor(self, account: Account) -> Any:
-        """A consumer's advisories, published in its account (with the account's name and
-        the domain, where the reference puts them), when someone listens."""
-        domain = self.config.domain
-
+        """A consumer's advisories, published in its account when someone listens, with
+        the domain (and, in the pinned ones, the account) where the reference puts them."""
         def advise(subject: str, event: dict[str, Any]) -> None:
-            if not account.listened(subject):
-                return
+            self.advise(account, subject, event,
+                        with_account=event["type"].endswith("pinned"))
+
+        return advise
+
+    def advise(self, account: Account, subject: str, event: dict[str, Any],
+               with_account: bool = False) -> None:
+        """An advisory (`event`: type, id, timestamp, stream, ... in the reference's order)
+        on `subject` of `account`, if anyone listens there."""
+        if not account.listened(subject):
+            return
+        domain = self.config.domain
+        if with_account:
             head = ("type", "id", "timestamp")
             body = {**{k: event[k] for k in head}, "account": account.name,
                     "stream": event["stream"], "consumer": event["consumer"]}
             if domain:
                 body["domain"] = domain
             body.update((k, v) for k, v in event.items() if k not in body)
-            publish_internal(self.server, account, subject.encode(), dumps(body))
+        else:
+            body = {**event, **({"domain": domain} if domain else {})}
+        publish_internal(self.server, account, subject.encode(), dumps(body))
 
-        return advise
+    def _action(self, account: Account, stream: Stream, action: str,
+                consumer: str = "") -> None:
+        """A stream's or a consumer's action advisory (created, updated, deleted)."""
+        from ..server.gojson import go_time
+        from .consumer import new_id
+
+        past = {"create": "CREATED", "modify": "UPDATED", "delete": "DELETED"}[action]
+        event: dict[str, Any] = {
+            "type": "io.nats.jetstream.advisory.v1." + (
+                "consumer_action" if consumer else "stream_action"),
+            "id": new_id(), "timestamp": go_time(time.time_ns(), utc=True),
+            "stream": stream.name}
+        if consumer:
+            event["consumer"] = consumer
+        event["action"] = action
+        subject = (f"$JS.EVENT.ADVISORY.CONSUMER.{past}.{stream.name}.{consumer}" if consumer
+                   else f"$JS.EVENT.ADVISORY.STREAM.{past}.{stream.name}")
+        self.advise(account, subject, event)
 
     def _consumer_info(self, consumer: Consumer) -> dict[str, Any]:
         from ..server.gojson import go_time
@@ -715,7 +789,10 @@ class JetStream:
             if kind.endswith("stream_info_response"):
                 body.update(total=0, offset=0, limit=0)
         body.update(fields)
-        publish_internal(self.server, account, reply, dumps(body))
+        response = dumps(body)
+        publish_internal(self.server, account, reply, response)
+        if self._auditing is not None:
+            self._audit(account, response)
 
     def monitor(self, endpoint: str, options: dict[str, Any]) -> dict[str, Any]:
         """What a monitoring endpoint says of JetStream (/jsz, an account's JSZ, /varz's

@@ -476,8 +476,13 @@ class Consumer:
 
         self.advise(f"{ADVISORY}.{kind}.{self.stream.name}.{self.name}", {
             "type": f"io.nats.jetstream.advisory.v1.{event_type}",
-            "id": _nuid.next().decode(), "timestamp": go_time(time.time_ns(), utc=True),
+            "id": new_id(), "timestamp": go_time(time.time_ns(), utc=True),
             "stream": self.stream.name, "consumer": self.name, **fields})
+
+    def _delivery_advisory(self, kind: str, event_type: str, seq: int, entry: Pending,
+                           **more: Any) -> None:
+        self._advise(kind, event_type, {"consumer_seq": entry.cseq, "stream_seq": seq,
+                                        "deliveries": entry.deliveries, **more})
 
     def paused_for(self) -> int:
         """Nanoseconds left of a pause (`pause_until`), 0 if not paused."""
@@ -720,6 +725,7 @@ class Consumer:
             for seq, entry in list(self.pending.items()):
                 if entry.ts + self._wait_for(entry) <= now and seq not in self.redeliver:
                     if max_deliver > 0 and entry.deliveries >= max_deliver:
+                        self._exceeded(seq, entry)
                         continue
                     entry.ts = now
                     self.redeliver.append(seq)
@@ -742,6 +748,8 @@ class Consumer:
         if body.startswith(b"-NAK"):
             delay = _nak_delay(body[4:])
             entry = self.pending.get(stream_seq)
+            if entry is not None:
+                self._delivery_advisory("MSG_NAKED", "nak", stream_seq, entry)
             if entry is not None and delay > 0:
                 # Again once `delay` has passed: as if delivered so long before that its
                 # wait ends then.
@@ -756,6 +764,11 @@ class Consumer:
                 entry.ts = time.time_ns()
             return "progress"
         if body.startswith(b"+TERM"):
+            entry = self.pending.get(stream_seq)
+            if entry is not None:
+                reason = body[5:].strip().decode(errors="replace")
+                self._delivery_advisory("MSG_TERMINATED", "terminated", stream_seq, entry,
+                                        **({"reason": reason} if reason else {}))
             self._acked(stream_seq)
             self.pump()
             return "term"
@@ -769,7 +782,14 @@ class Consumer:
             return "ack"
         return "unknown"
 
-    def _acked(self, seq: int) -> None:
+    def _exceeded(self, seq: int, entry: Pending) -> None:
+        """Delivered max_deliver times and not acked: no longer pending (the ack floor
+        moves past it; the stream keeps it), said once in an advisory."""
+        self._advise("MAX_DELIVERIES", "max_deliver",
+                     {"stream_seq": seq, "deliveries": entry.deliveries})
+        self._acked(seq, in_stream=False)
+
+    def _acked(self, seq: int, in_stream: bool = True) -> None:
         entry = self.pending.pop(seq, None)
         if entry is None:
             return
@@ -778,7 +798,8 @@ class Consumer:
         else:
             first_seq, first = next(iter(self.pending.items()))
             self.ack_floor = (first.cseq - 1, first_seq - 1)
-        self.stream.acked(seq)
+        if in_stream:
+            self.stream.acked(seq)
 
     def has_acked(self, seq: int, subject: str) -> bool:
         """Whether this consumer is done with message `seq` (delivered and acknowledged,
@@ -895,6 +916,11 @@ def _parse_time(text: str) -> int:
     except ValueError:
         return 0
     return int(moment.timestamp()) * NS + frac
+
+
+def new_id() -> str:
+    """An advisory's id (a NUID, as the reference's)."""
+    return str(_nuid.next().decode())
 
 
 def ephemeral_name() -> str:
