@@ -28,6 +28,7 @@ from .stream import (
     Stream,
     check_update,
     dumps,
+    last_on,
     normalize,
     same_config,
     stored_message,
@@ -292,6 +293,8 @@ class JetStream:
             self._reply(account, reply, kind, success=True)
             return self._action(account, stream, "delete")
         if op == "STREAM.PURGE":
+            if stream.config.get("sealed"):
+                raise errors.STREAM_SEALED()
             if stream.config.get("deny_purge"):
                 raise errors.STREAM_PURGE_FAILED(err="stream purge not permitted")
             opts = body if isinstance(body, dict) else {}
@@ -306,6 +309,8 @@ class JetStream:
         if op == "STREAM.MSG.GET":
             return self._get(account, stream, body, reply, kind)
         if op == "STREAM.MSG.DELETE":
+            if stream.config.get("sealed"):
+                raise errors.STREAM_SEALED()
             if stream.config.get("deny_delete"):
                 raise errors.STREAM_MSG_DELETE_FAILED(err="message delete not permitted")
             seq = body.get("seq") if isinstance(body, dict) else None
@@ -339,6 +344,9 @@ class JetStream:
                 raise errors.STREAM_NAME_EXIST()
             if update:
                 check_update(existing.config, config)
+                if config.get("sealed"):  # (what a sealed stream is, as the reference's)
+                    config.update(max_age=0, discard="new", deny_delete=True, deny_purge=True,
+                                  allow_rollup_hdrs=False)
                 self._unsubscribe(account, existing)
                 existing.config = config
                 existing.save_config()
@@ -383,7 +391,7 @@ class JetStream:
         if isinstance(body.get("seq"), int):
             msg = stream.store.get(body["seq"])
         elif isinstance(body.get("last_by_subj"), str):
-            msg = _last_for(stream.store, body["last_by_subj"])
+            msg = last_on(stream.store, body["last_by_subj"])
         else:
             raise errors.BAD_REQUEST()
         if msg is None:
@@ -642,45 +650,19 @@ class JetStream:
 
     def _direct_get(self, account: Account, tokens: list[str], payload: bytes,
                     reply: bytes) -> bool | None:
-        """`$JS.API.DIRECT.GET.<stream>` (`{"seq"}`, `{"last_by_subj"}`, `{"next_by_subj",
-        "seq"}`) and `$JS.API.DIRECT.GET.<stream>.<subject>` (its last message): the message
-        itself with the reference's Nats-Stream/-Subject/-Sequence/-Time-Stamp headers, or a
-        404 status. A stream without allow_direct does not answer (as the reference has no
-        subscription for it)."""
+        """`$JS.API.DIRECT.GET.<stream>[.<subject>]` (direct.py). A stream without
+        allow_direct does not take it (the reference has no subscription there)."""
+        from . import direct
+
         stream = self.streams.get(account, {}).get(tokens[2]) if self.enabled_for(account) \
             else None
         if stream is None or not stream.config.get("allow_direct"):
             return False  # (the reference has no subscription there: no responders)
-        store = stream.store
-        msg = None
-        if len(tokens) > 3:
-            msg = store.last_for(".".join(tokens[3:]))
-        else:
-            try:
-                body = json.loads(payload) if payload.strip() else {}
-            except ValueError:
-                body = None
-            if not isinstance(body, dict):
-                return self._send_status(account, reply, b"408 Bad Request")
-            seq, last, after = body.get("seq"), body.get("last_by_subj"), body.get("next_by_subj")
-            if isinstance(after, str):
-                msg = _next_for(store, after, int(seq or 0))
-            elif isinstance(last, str):
-                msg = _last_for(store, last)
-            elif isinstance(seq, int):
-                msg = store.get(seq)
-        if msg is None:
-            return self._send_status(account, reply, b"404 Message Not Found")
-        from ..server.gojson import go_time
-
-        lines = (f"Nats-Stream: {stream.name}\r\nNats-Subject: {msg.subject}\r\n"
-                 f"Nats-Sequence: {msg.seq}\r\nNats-Time-Stamp: "
-                 f"{go_time(msg.ts, utc=True)}\r\n\r\n").encode()
-        headers = (msg.headers[:-2] if msg.headers else b"NATS/1.0\r\n") + lines
-        publish_internal(self.server, account, reply, msg.data, headers)
-
-    def _send_status(self, account: Account, reply: bytes, status: bytes) -> None:
-        publish_internal(self.server, account, reply, b"", b"NATS/1.0 " + status + b"\r\n\r\n")
+        key = ".".join(tokens[3:]) if len(tokens) > 3 else None
+        for headers, data in direct.answer(stream, key, payload,
+                                           self.server.options.max_pending):
+            publish_internal(self.server, account, reply, data, headers or None)
+        return True
 
     def _remove(self, account: Account, streams: dict[str, Stream], stream: Stream) -> None:
         self._unsubscribe(account, stream)
@@ -692,6 +674,7 @@ class JetStream:
     # -- capture ------------------------------------------------------------------------------
     def _subscribe(self, account: Account, stream: Stream) -> None:
         server = self.server
+        stream.domain = self.config.domain
         stream.republished = lambda subject, headers, data: publish_internal(
             server, account, subject.encode(), data, headers)
         for subject in stream.config["subjects"]:
@@ -867,26 +850,6 @@ def _page(body: Any, names: list[str], limit: int) -> tuple[int, list[str]]:
     offset = body.get("offset") if isinstance(body, dict) else 0
     offset = offset if isinstance(offset, int) and offset > 0 else 0
     return offset, names[offset:offset + limit]
-
-
-def _last_for(store: Any, subject: str) -> Any:
-    """The last message on `subject`, a literal or a filter (the latest of the subjects it
-    matches)."""
-    from ..protocol.subjects import subject_matches
-
-    if "*" not in subject and ">" not in subject:
-        return store.last_for(subject)
-    lasts = [store.last_for(s) for s in list(store.subjects) if subject_matches(subject, s)]
-    return max((m for m in lasts if m is not None), key=lambda m: m.seq, default=None)
-
-
-def _next_for(store: Any, subject: str, seq: int) -> Any:
-    """The first message on `subject` (a filter) from sequence `seq` on."""
-    from ..protocol.subjects import subject_matches
-
-    for n in store.matching(seq, lambda found: subject_matches(subject, found)):
-        return store.get(n)
-    return None
 
 
 def _consumer_name(op: str, tokens: list[str], raw: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..client.nuid import NUID
 from ..protocol.subjects import subject_matches
+from ..server.gojson import parse_go_time
 from .consumer_config import DEFAULT_ACK_WAIT, DEFAULT_MAX_WAITING, NS
 from .memstore import StoredMsg
 
@@ -243,17 +244,8 @@ class Consumer:
             self.initial = deque(sorted(m.seq for m in lasts if m is not None))
             return store.last_seq + 1
         if policy == "by_start_time":
-            return self._seq_at(_parse_time(str(cfg.get("opt_start_time") or "")))
+            return self.stream.store.first_at(parse_go_time(str(cfg.get("opt_start_time") or "")))
         return store.first_seq
-
-    def _seq_at(self, ns: int) -> int:
-        """The first sequence stored at or after `ns` (after the last if none)."""
-        store = self.stream.store
-        for seq in range(store.first_seq, store.last_seq + 1):
-            msg = store.get(seq)
-            if msg is not None and msg.ts >= ns:
-                return seq
-        return store.last_seq + 1
 
     # -- deliveries ------------------------------------------------------------------------
     def matches(self, subject: str) -> bool:
@@ -489,13 +481,13 @@ class Consumer:
         until = self.config.get("pause_until")
         if not until:
             return 0
-        return max(0, _parse_time(str(until)) - time.time_ns())
+        return max(0, parse_go_time(str(until)) - time.time_ns())
 
     def pause(self, until: str) -> None:
         """Pause until `until` (RFC 3339), or resume (a time passed, or none)."""
         from ..server.gojson import go_time
 
-        ns = _parse_time(until) if until else 0
+        ns = parse_go_time(until) if until else 0
         if ns > time.time_ns():
             self.config = {**self.config, "pause_until": go_time(ns, utc=True)}
         else:
@@ -895,27 +887,6 @@ def _nak_delay(rest: bytes) -> int:
         return 0
     delay = body.get("delay") if isinstance(body, dict) else None
     return delay if isinstance(delay, int) and delay > 0 else 0
-
-
-def _parse_time(text: str) -> int:
-    """An RFC 3339 time (nanoseconds kept) as nanoseconds since the epoch; 0 if unreadable."""
-    from datetime import datetime
-
-    if not text:
-        return 0
-    frac = 0
-    main = text
-    if "." in text:
-        main, rest = text.split(".", 1)
-        digits = "".join(c for c in rest if c.isdigit())
-        zone = rest[len(digits):]
-        frac = int((digits + "000000000")[:9])
-        main += zone
-    try:
-        moment = datetime.fromisoformat(main.replace("Z", "+00:00"))
-    except ValueError:
-        return 0
-    return int(moment.timestamp()) * NS + frac
 
 
 def new_id() -> str:

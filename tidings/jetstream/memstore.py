@@ -66,6 +66,17 @@ class StoreLimits:
             if subject is not None and matches(subject):
                 yield seq
 
+    def first_at(self, ns: int) -> int:
+        """The first sequence stored at or after `ns` (past the last if none)."""
+        for seq in range(self.first_seq, self.last_seq + 1):
+            msg = self.get(seq)
+            if msg is not None and msg.ts >= ns:
+                return seq
+        return self.last_seq + 1
+
+    def get(self, seq: int) -> StoredMsg | None:
+        raise NotImplementedError
+
     def enforce(self, max_msgs: int, max_bytes: int, max_age: float,
                 per_subject: int, subject: str | None = None) -> None:
         """Remove the oldest messages past the limits (-1 / 0: none). A removal the store

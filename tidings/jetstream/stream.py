@@ -210,6 +210,15 @@ def message_ttl(value: str) -> int:
     return int(seconds)
 
 
+def last_on(store: Any, subject: str) -> StoredMsg | None:
+    """The last message on `subject`, a literal or a filter (the latest of the subjects it
+    matches)."""
+    if "*" not in subject and ">" not in subject:
+        return store.last_for(subject)  # type: ignore[no-any-return]
+    lasts = [store.last_for(s) for s in list(store.subjects) if subject_matches(subject, s)]
+    return max((m for m in lasts if m is not None), key=lambda m: m.seq, default=None)
+
+
 def _mapped(transform: Any, subject: str) -> str:
     """`subject` through the stream's input transform (unchanged when it does not match)."""
     if not subject_matches(transform.source, subject):
@@ -262,6 +271,7 @@ class Stream:
         self.subs: list[Any] = []  # its subscriptions in the account (api.py)
         self.consumers: dict[str, Any] = {}  # name -> consumer.Consumer
         self.store.on_remove = self._removed
+        self.domain = ""  # JetStream's domain, in PubAcks
         # Where a stored message is published again (republish), by the caller.
         self.republished: Any = None  # (subject, headers, data) -> None
         self.ttls: list[tuple[int, int]] = []  # heap of (expiry ns, seq): Nats-TTL's
@@ -388,7 +398,8 @@ class Stream:
             self._expire_ids()
             seen = self.msg_ids.get(msg_id)
             if seen is not None:
-                return {"stream": self.name, "seq": seen[0], "duplicate": True}
+                return {"stream": self.name, "seq": seen[0], **self._domain(),
+                        "duplicate": True}
         if cfg.get("sealed"):
             raise errors.STREAM_SEALED()
         max_size = cfg["max_msg_size"]
@@ -437,7 +448,10 @@ class Stream:
         except OSError as exc:
             log.warning("JetStream: stream %s: message %d stored, not all removals: %s",
                         self.name, msg.seq, exc)
-        return {"stream": self.name, "seq": msg.seq}
+        return {"stream": self.name, "seq": msg.seq, **self._domain()}
+
+    def _domain(self) -> dict[str, str]:
+        return {"domain": self.domain} if self.domain else {}
 
     def _publish_again(self, msg: StoredMsg, last_on_subject: int) -> None:
         """A stored message republished, with the reference's headers."""
@@ -626,7 +640,8 @@ class Stream:
             raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=self.store.last_seq)
         per_subject = fields.get("nats-expected-last-subject-sequence")
         if per_subject is not None and per_subject.isdigit():
-            found = self.store.last_for(subject)
+            found = last_on(self.store, fields.get(
+                "nats-expected-last-subject-sequence-subject") or subject)
             have = found.seq if found is not None else 0
             if int(per_subject) != have:
                 raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=have)

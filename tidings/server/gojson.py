@@ -34,3 +34,22 @@ def go_json(obj: Any) -> bytes:
                       ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
         text = text.replace(char, esc)
     return text.encode()
+
+
+def parse_go_time(text: str) -> int:
+    """An RFC 3339 time (nanoseconds kept) as nanoseconds since the epoch; 0 if unreadable."""
+    if not text:
+        return 0
+    frac = 0
+    main = text
+    if "." in text:
+        main, rest = text.split(".", 1)
+        digits = "".join(c for c in rest if c.isdigit())
+        zone = rest[len(digits):]
+        frac = int((digits + "000000000")[:9])
+        main += zone
+    try:
+        moment = datetime.fromisoformat(main.replace("Z", "+00:00"))
+    except ValueError:
+        return 0
+    return int(moment.timestamp()) * 1_000_000_000 + frac

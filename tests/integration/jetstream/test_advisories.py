@@ -18,9 +18,12 @@ async def api(nc: Client, subject: str, body: dict[str, Any] | None = None) -> d
     return json.loads(msg.data)
 
 
-async def advisory(sub: Subscription) -> tuple[str, dict[str, Any]]:
-    msg = await sub.next_msg(10)
-    return msg.subject, json.loads(msg.data)
+async def advisory(sub: Subscription, subject: str = "") -> tuple[str, dict[str, Any]]:
+    """The next advisory (on `subject`, others skipped, if one is named)."""
+    while True:
+        msg = await sub.next_msg(10)
+        if not subject or msg.subject == subject:
+            return msg.subject, json.loads(msg.data)
 
 
 async def test_actions_and_deliveries_are_advised(nc: Client) -> None:
@@ -52,15 +55,14 @@ async def test_actions_and_deliveries_are_advised(nc: Client) -> None:
     assert (event["stream_seq"], event["consumer_seq"], event["deliveries"],
             event["reason"]) == (1, 1, 1, "not for us")
     await nc.publish(got[1].reply, b"-NAK")
-    subject, event = await advisory(sub)
+    subject, event = await advisory(sub, "$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.ADV.c")
     assert subject == "$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.ADV.c"
     assert list(event) == ["type", "id", "timestamp", "stream", "consumer",
                            "consumer_seq", "stream_seq", "deliveries"]
     # The third is never acked: it comes again once, then it has had its max_deliver.
     await nc.publish("$JS.API.CONSUMER.MSG.NEXT.ADV.c", b'{"batch": 5, "expires": 4000000000}',
                      reply=inbox)
-    subject, event = await advisory(sub)
-    assert subject == "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.ADV.c"
+    subject, event = await advisory(sub, "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.ADV.c")
     assert event["type"] == "io.nats.jetstream.advisory.v1.max_deliver"
     assert (event["stream_seq"], event["deliveries"]) in ((2, 2), (3, 2))
     info = await api(nc, "CONSUMER.INFO.ADV.c")

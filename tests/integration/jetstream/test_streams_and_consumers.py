@@ -599,3 +599,33 @@ async def test_flow_control_holds_deliveries_until_answered(nc: Client) -> None:
             data += 1
     finally:
         await js.delete_stream("FLOW")
+
+
+async def test_direct_get_batches_and_the_last_of_several_subjects(nc: Client) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="DG", subjects=["dg.*"], storage=StorageType.MEMORY,
+                        allow_direct=True)
+    try:
+        for subject in ("dg.a", "dg.b", "dg.a", "dg.c"):
+            await js.publish(subject, subject.encode())
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish("$JS.API.DIRECT.GET.DG", b'{"seq": 2, "batch": 2}', reply=inbox)
+        first, second, eob = [await sub.next_msg(5) for _ in range(3)]
+        assert [(m.headers or {}).get("Nats-Sequence") for m in (first, second)] == ["2", "3"]
+        assert (first.headers or {})["Nats-Num-Pending"] == "2"
+        assert (second.headers or {})["Nats-Last-Sequence"] == "2"
+        assert eob.headers and eob.headers["Status"] == "204"
+        assert (eob.headers["Nats-Num-Pending"], eob.headers["Nats-Last-Sequence"]) == ("1", "3")
+        await nc.publish("$JS.API.DIRECT.GET.DG", b'{"multi_last": ["dg.a", "dg.b"]}',
+                         reply=inbox)
+        b_last, a_last, end = [await sub.next_msg(5) for _ in range(3)]
+        assert [m.data for m in (b_last, a_last)] == [b"dg.b", b"dg.a"]
+        assert end.headers and end.headers["Nats-UpTo-Sequence"] == "4"
+        for body, status in ((b"", "408"), (b'{"seq": 1, "last_by_subj": "dg.a"}', "408"),
+                             (b'{"multi_last": ["dg.z"]}', "404")):
+            await nc.publish("$JS.API.DIRECT.GET.DG", body, reply=inbox)
+            refused = await sub.next_msg(5)
+            assert refused.headers and refused.headers["Status"] == status, body
+    finally:
+        await js.delete_stream("DG")
