@@ -135,6 +135,7 @@ class JetStreamLimits:
     memory_max_stream_bytes: int = -1
     storage_max_stream_bytes: int = -1
     max_bytes_required: bool = False
+    tier: str = ""  # the tier of an operator's tiered limits ("R1"), "" if not tiered
 
     def as_json(self) -> dict[str, Any]:
         """The `limits` of an account info response."""

@@ -746,17 +746,21 @@ class JetStream:
 
     def _account_info(self, account: Account, streams: dict[str, Stream]) -> dict[str, Any]:
         total, errs = self.api_counts.get(account, (0, 0))
-        info: dict[str, Any] = {
+        own = self.limits(account)
+        usage: dict[str, Any] = {
             "memory": limits.usage(streams.values(), "memory"),
             "storage": limits.usage(streams.values(), "file"),
             "reserved_memory": limits.reserved(streams.values(), "memory"),
             "reserved_storage": limits.reserved(streams.values(), "file"),
             "streams": len(streams),
-            "consumers": sum(len(s.consumers) for s in streams.values()),
-            "limits": self.limits(account).as_json()}
+            "consumers": sum(len(s.consumers) for s in streams.values())}
+        info: dict[str, Any] = {**usage, "limits": own.as_json() if not own.tier else
+                                limits.ZERO_LIMITS}
         if self.config.domain:
             info["domain"] = self.config.domain
         info["api"] = {"level": API_LEVEL, "total": total, "errors": errs}
+        if own.tier:  # an operator's tiered limits: the tier's own usage and limits
+            info["tiers"] = {own.tier: {**usage, "limits": own.as_json()}}
         return info
 
     def _reply(self, account: Account, reply: bytes, kind: str, error: ApiError | None = None,

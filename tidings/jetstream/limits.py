@@ -13,6 +13,7 @@ from . import errors
 from .consumer_config import DEFAULT_MAX_ACK_PENDING
 
 NO_LIMITS = JetStreamLimits()
+ZERO_LIMITS = JetStreamLimits(0, 0, 0, 0, 0, 0, 0).as_json()  # (a tiered account's top level)
 
 
 def usage(streams: Iterable[Any], storage: str) -> int:

@@ -26,6 +26,7 @@ from ..config import jwt
 from ..config.accounts import (
     AccountConfig,
     AccountLimits,
+    JetStreamLimits,
     Latency,
     ServiceExport,
     ServiceImport,
@@ -399,4 +400,30 @@ def account_config(claims: jwt.AccountClaims) -> AccountConfig:
     defaults = _permissions(jwt.UserPermissionLimits(
         pub=claims.default_permissions.pub, sub=claims.default_permissions.sub,
         resp=claims.default_permissions.resp))
-    return AccountConfig(claims.subject, claims.subject, exports, imports, limits, defaults)
+    config = AccountConfig(claims.subject, claims.subject, exports, imports, limits, defaults)
+    js = _jetstream_limits(lim.jetstream)
+    if js is not None:
+        config.jetstream, config.jetstream_limits = True, js
+    return config
+
+
+def _jetstream_limits(claim: dict[str, Any]) -> JetStreamLimits | None:
+    """An account JWT's JetStream limits (None: JetStream off), as the reference reads
+    them: on when memory or disk storage is not 0 (in a tier, its R1 tier's)."""
+    def unlimited(value: Any) -> int:
+        return int(value) if isinstance(value, int) and value > 0 else -1
+
+    tier = ""
+    tiers = claim.get("tiered_limits")
+    if isinstance(tiers, dict) and tiers:
+        tier = "R1" if "R1" in tiers else sorted(tiers)[0]
+        claim = tiers[tier] if isinstance(tiers[tier], dict) else {}
+    if not claim.get("mem_storage") and not claim.get("disk_storage"):
+        return None
+    return JetStreamLimits(
+        max_memory=int(claim.get("mem_storage") or 0), max_storage=int(claim.get("disk_storage") or 0),
+        max_streams=int(claim.get("streams") or 0), max_consumers=int(claim.get("consumer") or 0),
+        max_ack_pending=unlimited(claim.get("max_ack_pending")),
+        memory_max_stream_bytes=unlimited(claim.get("mem_max_stream_bytes")),
+        storage_max_stream_bytes=unlimited(claim.get("disk_max_stream_bytes")),
+        max_bytes_required=bool(claim.get("max_bytes_required")), tier=tier)

@@ -137,3 +137,47 @@ async def test_a_push_consumer_is_bound_once_the_importer_subscribes(
         await admin.close()
         await other.close()
         srv.stop()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_account_jwt_enables_jetstream_with_its_tier(kind: str, tmp_path: Path) -> None:
+    """Operator mode: an account whose JWT has JetStream limits (here tiered, R1) has
+    JetStream, with them in its account info's tiers; one without has none."""
+    from tests.harness.jwts import (
+        Key,
+        account_jwt,
+        operator_config,
+        operator_jwt,
+        user_jwt,
+        write_creds,
+    )
+
+    operator, system, with_js, without = (Key.new("operator"), Key.new("account"),
+                                          Key.new("account"), Key.new("account"))
+    (tmp_path / "op.jwt").write_text(operator_jwt(operator, system_account=system.public))
+    accounts = {
+        system.public: account_jwt(system, operator),
+        with_js.public: account_jwt(with_js, operator, limits={"tiered_limits": {
+            "R1": {"disk_storage": 1 << 20, "streams": -1, "consumer": -1}}}),
+        without.public: account_jwt(without, operator)}
+    conf = operator_config(tmp_path / "op.jwt", accounts,
+                           f'jetstream: {{ store_dir: "{tmp_path / "js"}" }}')
+    srv = start_configured(kind, conf, streaming=False)
+    creds = []
+    for account in (with_js, without):
+        user = Key.new("user")
+        creds.append(write_creds(tmp_path / f"{user.public}.creds",
+                                 user_jwt(user, account), user))
+    try:
+        nc = await nats.connect(srv.url, user_credentials=str(creds[0]))
+        info = await api(nc, "INFO")
+        tier = info["tiers"]["R1"]["limits"]
+        assert (tier["max_storage"], tier["max_streams"], tier["max_ack_pending"]) == (
+            1 << 20, -1, -1)
+        await nc.close()
+        nc = await nats.connect(srv.url, user_credentials=str(creds[1]))
+        refused = await api(nc, "INFO")
+        assert refused["error"]["err_code"] == 10039  # not enabled for the account
+        await nc.close()
+    finally:
+        srv.stop()
