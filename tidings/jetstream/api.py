@@ -20,7 +20,7 @@ from ..server.accounts import Account, publish_internal, subscribe_internal
 from . import errors, limits
 from .consumer import Consumer, ephemeral_name
 from .consumer_config import check as check_consumer
-from .consumer_config import check_on_stream, json_kind, valid_group_name
+from .consumer_config import check_change, check_on_stream, json_kind, valid_group_name
 from .consumer_config import normalize as normalize_consumer
 from .errors import ApiError
 from .stream import (
@@ -57,6 +57,7 @@ class JetStream:
         self.errors = 0
         self.api_counts: dict[Account, list[int]] = {}  # account -> [total, errors]
         self._auditing: tuple[Any, bytes, bytes | None, bytes] | None = None
+        self._expiries: dict[Stream, Any] = {}  # stream -> its timer at the next expiry
         self._open: dict[Stream, list[tuple[Account, bytes | None, dict[str, Any]]]] = {}
         self.subs: list[tuple[Account, Any]] = []
         self._timer: Any = None
@@ -266,15 +267,15 @@ class JetStream:
             return self._reply(account, reply, kind, **self._account_info(account, streams))
         if op.startswith("CONSUMER."):
             return self._consumer_request(account, streams, op, tokens, body, reply, kind)
-        if op == "STREAM.NAMES":
+        if op in ("STREAM.NAMES", "STREAM.LIST"):
             wanted = body.get("subject") if isinstance(body, dict) else None
             names = sorted(n for n, st in streams.items()
-                           if not wanted or _overlap(st.config["subjects"], [wanted]))
+                           if not wanted or _overlap(st.config["subjects"], [str(wanted)]))
+        if op == "STREAM.NAMES":
             offset, page = _page(body, names, NAMES_LIMIT)
             return self._reply(account, reply, kind, total=len(names), offset=offset,
                                limit=NAMES_LIMIT, streams=page or None)
         if op == "STREAM.LIST":
-            names = sorted(streams)
             offset, page = _page(body, names, LIST_LIMIT)
             return self._reply(account, reply, kind, total=len(names), offset=offset,
                                limit=LIST_LIMIT, streams=[streams[n].info() for n in page])
@@ -494,15 +495,21 @@ class JetStream:
             raise errors.STREAM_REPLICAS_NOT_SUPPORTED()
         if not name:
             name = ephemeral_name()
-        config = normalize_consumer(raw, stream=stream.config)
-        check_consumer(config, stream.config)
         existing = stream.consumers.get(name)
+        if existing is not None and existing.config.get("pause_until"):
+            raw["pause_until"] = existing.config["pause_until"]  # (an update keeps it)
+        config = normalize_consumer(raw, stream=stream.config,
+                                    pedantic=body.get("pedantic") is True)
+        check_consumer(config, stream.config)
         if existing is not None:
             if body.get("action") == "create" and _consumer_key(existing.config) != \
                     _consumer_key(config):
                 raise errors.CONSUMER_ALREADY_EXISTS()
-            existing.config = {**existing.config, **{k: v for k, v in config.items()
-                                                     if k != "metadata"}}
+            if existing.config != config:
+                check_change(existing.config, config, existing.push_bound())
+                existing.reconfigure(config)
+                if existing.durable:
+                    stream.save_consumer(existing)
             return self._reply(account, reply, kind, **self._consumer_info(existing))
         if body.get("action") == "update":
             raise errors.CONSUMER_DOES_NOT_EXIST()
@@ -630,18 +637,23 @@ class JetStream:
             consumer.flow_control_reply(subject.decode(errors="replace"))
 
     def _ack(self, account: Account, subject: bytes, reply: bytes | None,
-             headers: bytes | None, payload: bytes) -> None:
+             headers: bytes | None, payload: bytes) -> bool | None:
+        """An ack on `$JS.ACK.<stream>.<consumer>....` (v1, or v2 with domain and account
+        hash); not taken where the reference has no ack subscription (no such consumer, or
+        one that takes no acks): an ack request hears no responders."""
         tokens = subject.decode(errors="replace").split(".")
         if len(tokens) == 9:
             stream_name, name, sseq = tokens[2], tokens[3], tokens[5]
         elif len(tokens) >= 12:
             stream_name, name, sseq = tokens[4], tokens[5], tokens[7]
         else:
-            return
+            return False
         stream = self.streams.get(account, {}).get(stream_name)
         consumer = stream.consumers.get(name) if stream is not None else None
-        if consumer is None or not sseq.isdigit():
-            return
+        if consumer is None or consumer.config["ack_policy"] == "none":
+            return False
+        if not sseq.isdigit():
+            return None
         what = consumer.ack(int(sseq), payload)
         if what == "ack" and payload.strip().startswith(b"+NXT") and reply:
             consumer.request(reply.decode(), payload.strip()[4:])
@@ -667,6 +679,9 @@ class JetStream:
     def _remove(self, account: Account, streams: dict[str, Stream], stream: Stream) -> None:
         self._unsubscribe(account, stream)
         del streams[stream.name]
+        handle = self._expiries.pop(stream, None)
+        if handle is not None:
+            handle.cancel()
         for consumer in stream.consumers.values():
             consumer.close()
         stream.destroy()
@@ -707,6 +722,8 @@ class JetStream:
                 body = {"error": exc.as_json(), "stream": stream.name, "seq": 0}
                 publish_internal(self.server, account, reply, dumps(body))
             return
+        if stream.ttls or stream.config["max_age"]:
+            self._arm_expiry(stream)
         answer = reply if reply and not stream.config.get("no_ack") else None
         if batch is not None:
             batch.append((account, answer, ack))
@@ -715,6 +732,29 @@ class JetStream:
             publish_internal(self.server, account, answer, dumps(ack))
         for consumer in list(stream.consumers.values()):
             consumer.pump()
+
+    def _arm_expiry(self, stream: Stream) -> None:
+        """A timer at the stream's next expiry (a TTL, max_age), earlier ones kept."""
+        due = stream.next_expiry()
+        if not due:
+            return
+        loop = self.server.loop
+        when = loop.time() + max(0.0, (due - time.time_ns()) / 1e9)
+        handle = self._expiries.get(stream)
+        if handle is not None and not handle.cancelled():
+            if handle.when() <= when:
+                return
+            handle.cancel()
+        self._expiries[stream] = loop.call_at(when, self._expired, stream)
+
+    def _expired(self, stream: Stream) -> None:
+        self._expiries.pop(stream, None)
+        if stream.expire():
+            for consumer in list(stream.consumers.values()):
+                consumer.pump()
+        due = stream.next_expiry()
+        if due and due > time.time_ns():  # (one already due waits for the tick)
+            self._arm_expiry(stream)
 
     def _commit(self) -> None:
         """The file streams' group commit (before each flush of the server): what this turn

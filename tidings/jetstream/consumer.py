@@ -820,6 +820,18 @@ class Consumer:
         for seq, (cseq, count) in sorted(((int(k), v) for k, v in state["pending"].items())):
             self.pending[seq] = Pending(int(cseq), now, int(count))
 
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        """A new configuration (an update the reference allows): its filters, limits,
+        metadata; where it is stays."""
+        self.config = config
+        self.filters = ([config["filter_subject"]] if config.get("filter_subject")
+                        else list(config.get("filter_subjects") or []))
+        self._npc = None
+        self.pump()
+
+    def push_bound(self) -> bool:
+        return self._bound()
+
     def _bound(self) -> bool:
         """A push consumer someone listens to (its deliver subject has a subscriber)."""
         target = self.config.get("deliver_subject")

@@ -40,12 +40,46 @@ DEFAULT_PINNED_TTL = 120 * NS  # (the reference's JsDefaultPinnedTTL)
 _GROUP_NAME = re.compile(r"[a-zA-Z0-9/_=-]{1,16}")
 
 
-def normalize(raw: Any, durable: str = "", stream: dict[str, Any] | None = None
-              ) -> dict[str, Any]:
+def _pedantic(raw: dict[str, Any], stream: dict[str, Any]) -> None:
+    """What pedantic mode refuses instead of filling in (setConsumerConfigDefaults)."""
+    def number(field: str) -> int:
+        value = raw.get(field)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    refusals = [
+        (number("max_deliver") < -1, "max_deliver must be set to -1"),
+        (number("max_waiting") < 0, "max_waiting must not be negative"),
+        (number("max_ack_pending") < -1, "max_ack_pending must be set to -1"),
+        (number("max_batch") < 0, "max_batch must not be negative"),
+        (number("max_expires") < 0, "max_expires must not be negative"),
+        (number("max_bytes") < 0, "max_bytes must not be negative"),
+        (number("idle_heartbeat") < 0, "idle_heartbeat must not be negative"),
+        (number("inactive_threshold") < 0, "inactive_threshold must not be negative"),
+        (number("priority_timeout") < 0, "priority_timeout must not be negative"),
+        (bool(raw.get("backoff")) and number("ack_wait") != (raw.get("backoff") or [0])[0],
+         "first backoff value has to equal batch AckWait"),
+    ]
+    limits = stream.get("consumer_limits") or {}
+    refusals += [
+        (not number("max_ack_pending") and limits.get("max_ack_pending", 0) > 0,
+         "max_ack_pending must be set if it's configured in stream limits"),
+        (not number("inactive_threshold") and limits.get("inactive_threshold", 0) > 0,
+         "inactive_threshold must be set if it's configured in stream limits"),
+    ]
+    for refused, words in refusals:
+        if refused:
+            raise errors.PEDANTIC(err=words)
+
+
+def normalize(raw: Any, durable: str = "", stream: dict[str, Any] | None = None,
+              pedantic: bool = False) -> dict[str, Any]:
     """A consumer's configuration as the reference fills it in (setConsumerConfigDefaults;
-    `stream`: its stream's configuration, whose consumer_limits give defaults)."""
+    `stream`: its stream's configuration, whose consumer_limits give defaults); with
+    `pedantic`, what it would fill in is refused."""
     if not isinstance(raw, dict):
         raise errors.CONSUMER_CONFIG_REQUIRED()
+    if pedantic:
+        _pedantic(raw, stream or {})
     _priority_types(raw)
     # (zeros and false are the reference's "not given": its fields are omitempty)
     cfg = {k: v for k, v in raw.items()
@@ -320,3 +354,30 @@ def check_on_stream(cfg: dict[str, Any], stream: dict[str, Any],
                   else list(other.get("filter_subjects") or []))
         if not theirs or any(subjects_collide(a, b) for a in mine for b in theirs):
             raise errors.CONSUMER_WQ_CONSUMER_NOT_UNIQUE()
+
+
+_FIXED = [("deliver_policy", "deliver policy"), ("mem_storage", "storage type"),
+          ("direct", "direct"), ("sourcing", "sourcing"),
+          ("opt_start_seq", "start sequence"), ("opt_start_time", "start time"),
+          ("ack_policy", "ack policy"), ("replay_policy", "replay policy"),
+          ("idle_heartbeat", "heart beats"), ("flow_control", "flow control")]
+
+
+def check_change(old: dict[str, Any], new: dict[str, Any], bound: bool) -> None:
+    """What an update of a consumer may not change (the reference's words, wrapped as
+    JSConsumerCreateErrF); `bound`: whether someone listens to its deliver subject."""
+    def refuse(what: str) -> errors.ApiError:
+        return errors.CONSUMER_CREATE(err=what)
+
+    for field, words in _FIXED:
+        if old.get(field) != new.get(field):
+            raise refuse(f"{words} can not be updated")
+    if old.get("deliver_subject") != new.get("deliver_subject"):
+        if not old.get("deliver_subject"):
+            raise refuse("can not update pull consumer to push based")
+        if not new.get("deliver_subject"):
+            raise refuse("can not update push consumer to pull based")
+        if bound:
+            raise errors.CONSUMER_NAME_EXIST()
+    if old.get("max_waiting") != new.get("max_waiting"):
+        raise refuse("max waiting can not be updated")

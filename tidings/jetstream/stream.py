@@ -519,6 +519,13 @@ class Stream:
                 gone = True
         return gone
 
+    def next_expiry(self) -> int:
+        """When (ns) the next message expires by its TTL or max_age; 0 if none will."""
+        times = [self.ttls[0][0]] if self.ttls else []
+        if self.config["max_age"] and self.store.count:
+            times.append(self.store.first_ts() + self.config["max_age"])
+        return min(times) if times else 0
+
     def _expire_one(self, seq: int) -> None:
         """Message `seq` expired: removed, or (the last of its subject, with subject delete
         markers on) replaced by a marker that rolls the subject up."""

@@ -97,3 +97,34 @@ async def test_a_work_queue_takes_one_consumer_per_subject(servers: list[Server]
     assert ours == theirs
     assert [e and e["err_code"] for e in ours] == [None, 10084, 10101, None, 10100, None,
                                                   10099]
+
+
+async def test_updates_and_pedantic_creates_as_the_reference(servers: list[Server]) -> None:
+    def create(config: dict[str, Any], action: str = "", **request: Any
+               ) -> tuple[str, dict[str, Any]]:
+        body = {"stream_name": "UP", "config": {"durable_name": "d", **config}, **request}
+        if action:
+            body["action"] = action
+        return "$JS.API.CONSUMER.CREATE.UP.d", body
+
+    requests = [
+        ("$JS.API.STREAM.CREATE.UP", {"name": "UP", "subjects": ["up.>"],
+                                      "storage": "memory",
+                                      "consumer_limits": {"max_ack_pending": 10}}),
+        create({"ack_policy": "explicit", "filter_subject": "up.a"}),
+        create({"ack_policy": "explicit", "filter_subject": "up.a",
+                "filter_subjects": ["up.b"]}, "update"),
+        create({"ack_policy": "explicit", "filter_subjects": ["up.a", "up.b"]}, "update"),
+        create({"ack_policy": "all", "filter_subjects": ["up.a", "up.b"]}, "update"),
+        create({"ack_policy": "explicit", "deliver_policy": "new"}, "update"),
+        create({"ack_policy": "explicit", "filter_subject": "up.c"}, "create"),
+        ("$JS.API.CONSUMER.CREATE.UP.p", {"stream_name": "UP", "pedantic": True, "config": {
+            "name": "p", "ack_policy": "explicit"}}),
+        ("$JS.API.CONSUMER.CREATE.UP.q", {"stream_name": "UP", "pedantic": True, "config": {
+            "name": "q", "ack_policy": "explicit", "max_ack_pending": 5,
+            "backoff": [10**9], "ack_wait": 2 * 10**9}}),
+    ]
+    ours, theirs = [await answers(srv, requests) for srv in servers]
+    assert ours == theirs
+    assert [e and e["err_code"] for e in ours] == [None, None, 10136, None, 10012, 10012,
+                                                  10148, 10157, 10157]
