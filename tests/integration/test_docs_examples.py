@@ -5,7 +5,7 @@ The fenced code blocks are extracted and each is run in a temporary directory of
 `TIMEOUT` seconds (`SPARK_TIMEOUT` for Spark's), and must exit with 0:
 
 - ```python: as a script, `nats://127.0.0.1:4222` (or localhost) pointing at a `tidings
-  server` started with its defaults (streaming on) on a free port;
+  server` started with its defaults (streaming on) and JetStream (`-js`) on a free port;
 - ```sh: each line is a `tidings ...` command, run in order; one that runs until stopped
   (`tidings server`, `tidings streaming`, `tidings pipeline`) is waited for until it says it
   is ready, and at the end of the block gets the SIGINT of a Ctrl-C, after which it must exit
@@ -208,9 +208,11 @@ def ready_check(args: list[str]) -> Callable[[str], bool] | None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`tidings server` with its defaults (streaming on, memory store), on a port of its
-    own (read from its log); its `host:port`."""
-    args = ["server", "-a", "127.0.0.1", "-p", "-1"]
+    """`tidings server` with its defaults (streaming on, memory store) and JetStream
+    (`-js`, for docs/jetstream.md's examples), on a port of its own (read from its log);
+    its `host:port`."""
+    store = tmp_path_factory.mktemp("js")
+    args = ["server", "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", str(store)]
     proc = Proc([sys.executable, "-m", "tidings", *args], tmp_path_factory.mktemp("server"),
                 server_ready(args))
     try:

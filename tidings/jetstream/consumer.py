@@ -68,6 +68,57 @@ class FlowControl:
         return True
 
 
+class Pace:
+    """Deliveries held back: replay `original` (as far apart as the messages were stored,
+    until the consumer has caught up with the stream) and `rate_limit_bps` (a token
+    bucket of bytes, as the reference's limiter)."""
+
+    def __init__(self, replay: bool, bits_per_second: int) -> None:
+        self.replay = replay
+        self.rate = bits_per_second / 8  # bytes per second; 0: none
+        self.tokens = self.rate
+        self.filled_at = time.monotonic()
+        self.last_ts = 0  # stored time of the last message replayed
+        self.cleared = 0  # a sequence whose replay wait is over
+        self.until = 0.0  # monotonic: nothing goes before
+
+    @classmethod
+    def of(cls, config: dict[str, Any]) -> Pace | None:
+        replay = config.get("replay_policy") == "original"
+        rate = int(config.get("rate_limit_bps") or 0)
+        return cls(replay, rate) if replay or rate > 0 else None
+
+    def holding(self, wake: Callable[[float], None]) -> bool:
+        if self.until and time.monotonic() < self.until:
+            wake(self.until)
+            return True
+        return False
+
+    def caught_up(self) -> None:
+        self.replay = False
+
+    def wait(self, msg: StoredMsg, size: int, wake: Callable[[float], None]) -> bool:
+        """Whether `msg` (of `size` bytes) must wait (the time is set and asked for)."""
+        now = time.monotonic()
+        delay = 0.0
+        if self.replay and self.last_ts and msg.seq != self.cleared:
+            delay = (msg.ts - self.last_ts) / 1e9
+        if self.rate:
+            self.tokens = min(max(self.rate, size),
+                              self.tokens + (now - self.filled_at) * self.rate)
+            self.filled_at = now
+            if self.tokens < size:
+                delay = max(delay, (size - self.tokens) / self.rate)
+        if delay > 0.001:
+            self.until, self.cleared = now + delay, msg.seq
+            wake(self.until)
+            return True
+        if self.rate:
+            self.tokens -= size
+        self.last_ts = msg.ts
+        return False
+
+
 @dataclass
 class Pending:
     """A delivered message waiting for its ack."""
@@ -201,6 +252,7 @@ class Consumer:
         self.wake = wake  # the caller calls on_timer() at this monotonic time (or soon after)
         self.flow = FlowControl() if config.get("flow_control") and \
             config.get("deliver_subject") else None
+        self.pace = Pace.of(config)
         self.advise = advise  # an advisory to publish (the caller adds account and domain)
         self.pin_id = ""  # pinned_client: the pin of the client that gets the messages
         self.pinned_ts = 0  # when it was pinned (ns)
@@ -299,19 +351,27 @@ class Consumer:
         end_of_stream = False
         budget = PUMP_BUDGET  # bytes one call sends at most: the rest on the next turn
         flow = self.flow
+        pace = self.pace
         while self._may_deliver() and (target or self.waiting):
             if budget <= 0:
                 self.wake(time.monotonic())
                 break
             if flow is not None and flow.stalled():
                 break  # until the subscriber answers the flow control request
+            if pace is not None and pace.holding(self.wake):
+                break
             self._from_initial = False
             msg = self._next_message()
             if msg is None:
                 end_of_stream = True
+                if pace is not None:
+                    pace.caught_up()
                 break
             ack, headers, data = self._delivery(msg)
             size = len(msg.subject) + len(ack) + len(headers or b"") + len(data)
+            if pace is not None and pace.wait(msg, size, self.wake):
+                self._unget(msg)
+                break
             budget -= size
             if target:
                 self._deliver(msg, target, ack, headers, data)
@@ -827,6 +887,7 @@ class Consumer:
         self.filters = ([config["filter_subject"]] if config.get("filter_subject")
                         else list(config.get("filter_subjects") or []))
         self._npc = None
+        self.pace = Pace.of(config)
         self.pump()
 
     def push_bound(self) -> bool:

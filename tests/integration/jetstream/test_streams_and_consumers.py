@@ -629,3 +629,23 @@ async def test_direct_get_batches_and_the_last_of_several_subjects(nc: Client) -
             assert refused.headers and refused.headers["Status"] == status, body
     finally:
         await js.delete_stream("DG")
+
+
+async def test_replay_original_keeps_the_stored_spacing(nc: Client) -> None:
+    import asyncio
+
+    js = nc.jetstream()
+    await js.add_stream(name="REPLAY", subjects=["replay"], storage=StorageType.MEMORY)
+    try:
+        await js.publish("replay", b"first")
+        await asyncio.sleep(1.0)  # (the stored messages a second apart: the data, not a wait)
+        await js.publish("replay", b"second")
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await js.add_consumer("REPLAY", deliver_subject=inbox, replay_policy="original")
+        assert (await sub.next_msg(5)).data == b"first"
+        await nc.flush()
+        assert sub.pending_msgs == 0  # not before its second has passed
+        assert (await sub.next_msg(5)).data == b"second"
+    finally:
+        await js.delete_stream("REPLAY")
