@@ -24,7 +24,7 @@ from ..server.connection import Connection, Frame
 from ..server.listeners import Listener
 from ..server.server import local_ips
 from ..server.sublist import RemoteInterest, Subscription
-from .route import NATS, SEED, RouteConnection, encode_json
+from .route import NATS, SEED, RouteConnection, encode_json, needs_accounts_dialect
 
 if TYPE_CHECKING:
     from ..server.server import Server
@@ -279,7 +279,7 @@ class Cluster(Listener):
         if not opts.no_advertise:
             info["connect_urls"] = server.own_client_urls()
         info["tidings"] = common["go"]  # speaks the seed's dialect (route.py)
-        if server.accounts.configured:
+        if needs_accounts_dialect(server):
             info["tidings_accounts"] = True  # ... unless either side has accounts
         return b"INFO " + encode_json(info) + b" \r\n"
 

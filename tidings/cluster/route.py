@@ -33,6 +33,7 @@ from ..server.connection import Connection, Frame, msg_frame
 from ..server.sublist import EMPTY_RESULT, Subscription
 
 if TYPE_CHECKING:
+    from ..server.server import Server
     from .cluster import Cluster
 
 log = logging.getLogger("tidings.cluster")
@@ -204,7 +205,7 @@ class RouteConnection(Connection):
             self.headers = bool(info.get("headers"))
         if self.dialect is None:
             seed = _speaks_seed(info) and not (
-                info.get("tidings_accounts") or self.server.accounts.configured)
+                info.get("tidings_accounts") or needs_accounts_dialect(self.server))
             self.choose_dialect(SEED if seed else NATS)
         if not self.url:
             refusal = None
@@ -410,3 +411,11 @@ def _speaks_seed(info: dict[str, Any]) -> bool:
 
 def encode_json(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def needs_accounts_dialect(server: Server) -> bool:
+    """Whether routes must speak the reference's dialect (accounts in it): with accounts,
+    and with JetStream, whose own subscriptions take messages from the routes (the seed's
+    dialect carries clients' subscriptions only)."""
+    jetstream = server.options.jetstream
+    return server.accounts.configured or (jetstream is not None and jetstream.enabled)

@@ -171,7 +171,7 @@ class JetStream:
         if account.system:
             return
         sub = subscribe_internal(self.server.accounts, account, b"$JS.API.>",
-                                 lambda *a: self._audited(account, *a), routed=False,
+                                 lambda *a: self._audited(account, *a), routed=True,
                                  with_client=True)
         self.subs.append((account, sub))
         if self.config.domain:  # $JS.<domain>.API.> is $JS.API.> (from other domains)
@@ -181,13 +181,13 @@ class JetStream:
                 return self._audited(account, pub, b"$JS.API." + subject[len(prefix):], *rest)
 
             sub = subscribe_internal(self.server.accounts, account, prefix + b">", in_domain,
-                                     routed=False, with_client=True)
+                                     routed=True, with_client=True)
             self.subs.append((account, sub))
         sub = subscribe_internal(self.server.accounts, account, b"$JS.FC.>",
-                                 lambda *a: self._flow_control(account, *a), routed=False)
+                                 lambda *a: self._flow_control(account, *a), routed=True)
         self.subs.append((account, sub))
         sub = subscribe_internal(self.server.accounts, account, b"$JS.ACK.>",
-                                 lambda *a: self._ack(account, *a), routed=False)
+                                 lambda *a: self._ack(account, *a), routed=True)
         self.subs.append((account, sub))
         if self.enabled_for(account):
             self._recover(account)

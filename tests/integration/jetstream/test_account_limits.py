@@ -4,6 +4,7 @@ tidings and on the reference nats-server with the same configuration file."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -181,3 +182,34 @@ async def test_an_account_jwt_enables_jetstream_with_its_tier(kind: str, tmp_pat
         await nc.close()
     finally:
         srv.stop()
+
+
+async def test_one_jetstream_server_serves_the_clients_of_its_cluster(tmp_path: Path) -> None:
+    """tidings with JetStream and a tidings without it, in one cluster: a client of the
+    second uses the first's JetStream (API, publishes, pulls and acks travel over routes)."""
+    from tests.harness import start_tidings
+
+    first = start_tidings(extra_args=["--no_streaming", "-js", "-sd", str(tmp_path)],
+                          cluster=True, streaming=False)
+    second = start_tidings(extra_args=["--no_streaming"], cluster=True, routes=[first],
+                           streaming=False)
+    try:
+        nc = await nats.connect(second.url)
+        js = nc.jetstream()
+        for _ in range(100):  # (until the route carries the first's interest)
+            try:
+                await js.account_info()
+                break
+            except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
+                await asyncio.sleep(0.1)
+        await js.add_stream(name="FAR", subjects=["far"])
+        assert (await js.publish("far", b"over the route")).seq == 1
+        sub = await js.pull_subscribe("far", durable="d")
+        (msg,) = await sub.fetch(1, timeout=5)
+        assert msg.data == b"over the route"
+        assert await msg.ack_sync()
+        assert (await js.consumer_info("FAR", "d")).ack_floor.stream_seq == 1
+        await nc.close()
+    finally:
+        second.stop()
+        first.stop()
