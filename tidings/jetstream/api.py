@@ -58,6 +58,7 @@ class JetStream:
         self.api_counts: dict[Account, list[int]] = {}  # account -> [total, errors]
         self._auditing: tuple[Any, bytes, bytes | None, bytes] | None = None
         self._expiries: dict[Stream, Any] = {}  # stream -> its timer at the next expiry
+        self._to_pump: dict[Consumer, None] = {}  # consumers acked this turn (pumped at flush)
         self._open: dict[Stream, list[tuple[Account, bytes | None, dict[str, Any]]]] = {}
         self.subs: list[tuple[Account, Any]] = []
         self._timer: Any = None
@@ -547,7 +548,13 @@ class JetStream:
 
         consumer = Consumer(stream, name, config, self._sender(account), account.listened, wake,
                             self._advisor(account))
+        consumer.soon = self._pump_soon
         return consumer
+
+    def _pump_soon(self, consumer: Consumer) -> None:
+        self._to_pump[consumer] = None
+        if self.server.reader is None:  # (outside a client's read: no flush is coming)
+            self._commit()
 
     def _advisor(self, account: Account) -> Any:
         """A consumer's advisories, published in its account when someone listens, with
@@ -760,6 +767,10 @@ class JetStream:
         """The file streams' group commit (before each flush of the server): what this turn
         stored is written (fsynced with sync_interval: always), then acknowledged (refused
         if the write failed) and offered to the consumers."""
+        if self._to_pump:
+            consumers, self._to_pump = self._to_pump, {}
+            for consumer in consumers:
+                consumer.pump()
         if not self._open:
             return
         batches, self._open = self._open, {}

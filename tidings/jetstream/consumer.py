@@ -253,6 +253,7 @@ class Consumer:
         self.flow = FlowControl() if config.get("flow_control") and \
             config.get("deliver_subject") else None
         self.pace = Pace.of(config)
+        self.soon: Callable[[Consumer], None] | None = None  # pump_soon's (the caller's)
         self.advise = advise  # an advisory to publish (the caller adds account and domain)
         self.pin_id = ""  # pinned_client: the pin of the client that gets the messages
         self.pinned_ts = 0  # when it was pinned (ns)
@@ -339,6 +340,13 @@ class Consumer:
             self.next_seq = msg.seq
             if self._npc is not None:
                 self._npc += 1
+
+    def pump_soon(self) -> None:
+        """Pump once the caller's turn ends (acks come in bunches: one pump for them)."""
+        if self.soon is None:
+            self.pump()
+        else:
+            self.soon(self)
 
     def pump(self) -> None:
         """Deliver what is there to whoever waits for it (pull) or to the deliver subject."""
@@ -808,7 +816,7 @@ class Consumer:
                 entry.ts = time.time_ns() - self._wait_for(entry) + delay
             elif entry is not None and stream_seq not in self.redeliver:
                 self.redeliver.append(stream_seq)
-            self.pump()
+            self.pump_soon()
             return "nak"
         if body.startswith(b"+WPI"):
             entry = self.pending.get(stream_seq)
@@ -822,7 +830,7 @@ class Consumer:
                 self._delivery_advisory("MSG_TERMINATED", "terminated", stream_seq, entry,
                                         **({"reason": reason} if reason else {}))
             self._acked(stream_seq)
-            self.pump()
+            self.pump_soon()
             return "term"
         if body in (b"", b"+ACK") or body.startswith(b"+NXT") or body.startswith(b"+ACK"):
             if self.config["ack_policy"] == "all":
@@ -830,7 +838,7 @@ class Consumer:
                     self._acked(seq)
             else:
                 self._acked(stream_seq)
-            self.pump()
+            self.pump_soon()
             return "ack"
         return "unknown"
 
