@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -388,6 +388,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def announce(display: Display, servers: list[Server]) -> None:
+    """Each server's command line, pid and version, before the runs."""
+    for s in servers:
+        display.console.print(f"{s.name}: {' '.join(s.argv)} (pid {s.pid}, version "
+                      f"{s.info.get('version', '?')})")
+
+
+def guarded(display: Display, body: Callable[[], None]) -> int:
+    """Run `body` with the progress display; 0, or the exit code of a server that failed
+    to start (2) or of an interrupt (130), said on the console."""
+    try:
+        body()
+    except RuntimeError as e:
+        display.close()
+        display.console.print(f"[red]error:[/red] {e}")  # a server failed to start
+        return 2
+    except KeyboardInterrupt:
+        display.close()
+        display.console.print("[yellow]interrupted[/yellow]")
+        return 130
+    finally:
+        display.close()
+    return 0
+
+
 def cluster_pairs(servers: list[Server]) -> tuple[list[Server], list[Server]]:
     """For each server, a second one of its kind, routed to it: (the first of each pair, to
     measure, publishers there; all of them, to start)."""
@@ -441,12 +466,11 @@ def main(argv: list[str] | None = None) -> int:
     display = Display(console, 2 * (repeat * (len(main_specs) + len(cluster_specs))
                                     + len(memory_specs)))
     started = time.monotonic()
-    try:
+
+    def body() -> None:
         if main_specs:
             with running(servers):
-                for s in servers:
-                    console.print(f"{s.name}: {' '.join(s.argv)} (pid {s.pid}, version "
-                                  f"{s.info.get('version', '?')})")
+                announce(display, servers)
                 warm_up(servers, settings)
                 measure(servers, main_specs, repeat, settings, display, runs)
         if memory_specs:
@@ -456,16 +480,10 @@ def main(argv: list[str] | None = None) -> int:
             firsts, pairs = cluster_pairs(servers)
             with running(pairs):
                 measure(firsts, cluster_specs, repeat, settings, display, runs)
-    except RuntimeError as e:
-        display.close()
-        console.print(f"[red]error:[/red] {e}")  # a server failed to start
-        return 2
-    except KeyboardInterrupt:
-        display.close()
-        console.print("[yellow]interrupted[/yellow]")
-        return 130
-    finally:
-        display.close()
+
+    failed = guarded(display, body)
+    if failed:
+        return failed
     verdicts = judge(runs, checks)
     out = Console() if sys.stdout.isatty() else Console(width=140)
     out.print(table(verdicts, settings.conns))

@@ -44,7 +44,9 @@ from benchmarks.compare import (  # noqa: E402
     Display,
     Run,
     Server,
+    announce,
     describe,
+    guarded,
     judge,
     reference_binary,
     running,
@@ -212,25 +214,18 @@ def main(argv: list[str] | None = None) -> int:
                       and Spec(ALWAYS_OF[c.spec.workload], SIZE) not in
                       {p[2] for p in pairs}]
         display = Display(console, len(pairs) * args.repeat)
-        try:
+
+        def body() -> None:
             with running([reference, tidings, always]) as started_servers:
-                for s in started_servers:
-                    console.print(f"{s.name}: {' '.join(s.argv)} (pid {s.pid}, version "
-                                  f"{s.info.get('version', '?')})")
+                announce(display, started_servers)
                 warm_up(started_servers, settings)
                 pairs.sort(key=lambda p: list(SHAPES).index(
                     ALWAYS_OF.get(p[2].workload, p[2].workload)))
                 measure(pairs, args.repeat, settings, args.consume_msgs, display, runs)
-        except RuntimeError as e:
-            display.close()
-            console.print(f"[red]error:[/red] {e}")  # a server failed to start
-            return 2
-        except KeyboardInterrupt:
-            display.close()
-            console.print("[yellow]interrupted[/yellow]")
-            return 130
-        finally:
-            display.close()
+
+        failed = guarded(display, body)
+        if failed:
+            return failed
     verdicts = judge(with_reference_rows(runs), checks)
     out = Console() if sys.stdout.isatty() else Console(width=140)
     out.print(table(verdicts, 0))

@@ -4,10 +4,8 @@ never a traceback, as nats-server does for the same mistakes (compared where it 
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,14 +33,6 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, *wo
     for word in words:
         assert word in last, proc.stderr
     return last
-
-
-@pytest.fixture
-def busy_port() -> Iterator[int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        yield s.getsockname()[1]
 
 
 def test_port_in_use(busy_port: int) -> None:

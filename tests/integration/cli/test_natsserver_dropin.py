@@ -9,9 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import nats
@@ -186,14 +184,6 @@ async def test_a_cluster_from_the_flags(exe: str, dropin: str) -> None:
         if second is not None:
             second.stop()
         first.stop()
-
-
-@pytest.fixture
-def busy_port() -> Iterator[int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        yield s.getsockname()[1]
 
 
 def test_a_port_in_use_is_a_fatal_log_line(exe: str, busy_port: int) -> None:

@@ -60,7 +60,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType
 from nats.js.errors import APIError
 
-from tests.faultydisk import Disk
+from tests.faultydisk import Disk, small_tmpfs
 from tests.harness import Server, start_configured, start_inprocess
 
 pytestmark = pytest.mark.timeout(300)
@@ -296,20 +296,6 @@ async def test_a_durable_consumer_survives_kill_9_right_after_its_creation(
 
 
 # -- a full disk (a tmpfs) ---------------------------------------------------------------
-@contextlib.contextmanager
-def small_tmpfs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir()
-    try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                       check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"cannot mount a tmpfs here: {exc}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
-
-
 @dataclass
 class Outcomes:
     """Each publish's answer: a PubAck's sequence, or an error PubAck's error."""

@@ -23,6 +23,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, StorageType
 from nats.js.errors import NotFoundError
 
 from tests.harness import Server, start_configured, start_reference, start_tidings
+from tests.harness.shapes import json_kind as _kind
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,18 +57,6 @@ def normal(value: Any) -> Any:
             items = [items[i] for i in order]
         return items
     return value
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "<bool>"
-    if isinstance(value, int | float):
-        return "<number>"
-    if isinstance(value, dict):
-        return "<object>"
-    if isinstance(value, list):
-        return "<array>"
-    return "<string>" if isinstance(value, str) else "<null>"
 
 
 def text(value: Any) -> str:

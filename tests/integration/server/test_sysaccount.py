@@ -21,6 +21,7 @@ import pytest
 from nats.aio.client import Client
 
 from tests.harness import Server, start_configured
+from tests.harness.shapes import json_kind as _kind
 from tests.messaging import synced
 
 pytestmark = pytest.mark.timeout(120)
@@ -68,18 +69,6 @@ def normal(value: Any, keep: frozenset[str] = frozenset()) -> Any:
     if isinstance(value, list):
         return [normal(v, keep) for v in value]
     return value
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "<bool>"
-    if isinstance(value, int | float):
-        return "<number>"
-    if isinstance(value, dict):
-        return "<object>"
-    if isinstance(value, list):
-        return "<array>"
-    return "<string>" if isinstance(value, str) else "<null>"
 
 
 def text(value: Any) -> str:

@@ -7,18 +7,16 @@ and never stored; a second server on the same store is refused at start.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sqlite3
 import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.faultydisk import Disk
+from tests.faultydisk import Disk, small_tmpfs
 from tests.harness import start_tidings
 from tidings.streaming.client import StanError
 from tidings.streaming.client import connect as stan_connect
@@ -88,20 +86,6 @@ def check(pub: Publisher, stored: list[bytes]) -> None:
     assert not set(pub.nacked) & set(stored), "a refused message was stored"
     assert len(pub.acked) + len(pub.nacked) == pub.n, "a publish got no answer"
     assert all("timeout" not in e.lower() for e in pub.nacked.values()), pub.nacked
-
-
-@contextlib.contextmanager
-def small_tmpfs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir()
-    try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                       check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"cannot mount a tmpfs here: {exc}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
 async def test_file_store_full_disk_then_space_returns(tmp_path: Path) -> None:

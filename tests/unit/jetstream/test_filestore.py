@@ -5,17 +5,14 @@ operations; the bytes as the reference's file store counts them."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import logging
 import os
-import resource
 import signal
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import nats
@@ -23,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.faultydisk import file_size_limit
 from tests.harness import start_configured
 from tidings.jetstream.filestore import (
     EMPTY_RECORD,
@@ -353,19 +351,6 @@ def test_sync_and_sync_always(tmp_path: Path) -> None:
     store = reopen(store, sync_always=True)
     assert (store.count, store.last_seq) == (0, 3)
     store.close()
-
-
-@contextlib.contextmanager
-def file_size_limit(limit: int) -> Iterator[None]:
-    """Writes past `limit` bytes fail with EFBIG, as writes to a full disk fail."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, old)
 
 
 def test_a_failed_write_stores_nothing(tmp_path: Path) -> None:

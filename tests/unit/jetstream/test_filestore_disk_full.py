@@ -12,19 +12,16 @@ disk loses nothing.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
-import resource
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.faultydisk import Disk
+from tests.faultydisk import Disk, file_size_limit
 from tidings.jetstream import filestore
 from tidings.jetstream.consumer import Consumer
 from tidings.jetstream.consumer_config import normalize as consumer_config
@@ -39,19 +36,6 @@ def disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Disk]:
     faulty = Disk(tmp_path, monkeypatch)
     monkeypatch.setattr(os, "fsync", faulty.fdatasync)
     yield faulty
-
-
-@contextlib.contextmanager
-def file_size_limit(limit: int) -> Iterator[None]:
-    """Writes past `limit` bytes of a file fail with EFBIG, as writes to a full disk fail."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, old)
 
 
 def sizes(path: Path) -> dict[str, int]:
