@@ -279,7 +279,7 @@ class JetStream:
         if op == "STREAM.LIST":
             offset, page = _page(body, names, LIST_LIMIT)
             return self._reply(account, reply, kind, total=len(names), offset=offset,
-                               limit=LIST_LIMIT, streams=[streams[n].info() for n in page])
+                               limit=LIST_LIMIT, streams=[self._info(streams[n]) for n in page])
         if not name:
             raise errors.BAD_REQUEST()
         if op in ("STREAM.CREATE", "STREAM.UPDATE"):
@@ -354,7 +354,7 @@ class JetStream:
                 existing.save_config()
                 self._subscribe(account, existing)
                 self._action(account, existing, "modify")
-            return self._reply(account, reply, kind, **existing.info())
+            return self._reply(account, reply, kind, **self._info(existing))
         if update:
             raise errors.STREAM_NOT_FOUND()
         for other in streams.values():
@@ -363,15 +363,26 @@ class JetStream:
         stream = streams[name] = Stream(config, self._stream_dir(account, name),
                                         self.config.sync_always)
         self._subscribe(account, stream)
-        self._reply(account, reply, kind, **stream.info(), did_create=True)
+        self._reply(account, reply, kind, **self._info(stream), did_create=True)
         self._action(account, stream, "create")
+
+    def _info(self, stream: Stream, leader: bool = False) -> dict[str, Any]:
+        """A stream's info as the API answers it: its config, created, state (and, in
+        STREAM.INFO, the cluster with this server as its leader), and the time."""
+        from ..server.gojson import go_time
+
+        info = stream.info()
+        if leader:
+            info["cluster"] = {"leader": self.server.name}
+        info["ts"] = go_time(time.time_ns(), utc=True)
+        return info
 
     def _stream_info(self, account: Account, stream: Stream, body: Any, reply: bytes,
                      kind: str) -> None:
         """STREAM.INFO, with the subjects' counts (`subjects_filter`, paged by `offset`)
         and the deleted sequences (`deleted_details`) when asked for."""
         opts = body if isinstance(body, dict) else {}
-        info = stream.info()
+        info = self._info(stream, leader=True)
         total = offset = limit = 0
         if opts.get("subjects_filter") or opts.get("deleted_details"):
             counts = (stream.subject_counts(str(opts["subjects_filter"]))

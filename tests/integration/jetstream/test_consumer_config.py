@@ -128,3 +128,33 @@ async def test_updates_and_pedantic_creates_as_the_reference(servers: list[Serve
     assert ours == theirs
     assert [e and e["err_code"] for e in ours] == [None, None, 10136, None, 10012, 10012,
                                                   10148, 10157, 10157]
+
+
+async def test_the_apis_answers_have_the_references_fields(servers: list[Server]) -> None:
+    """The same requests to both servers: each answer's fields in the same order."""
+    requests = [
+        ("$JS.API.STREAM.CREATE.KEYS", {"name": "KEYS", "subjects": ["keys"]}),
+        ("$JS.API.STREAM.UPDATE.KEYS", {"name": "KEYS", "subjects": ["keys", "more"]}),
+        ("$JS.API.STREAM.INFO.KEYS", {}),
+        ("$JS.API.STREAM.LIST", {}),
+        ("$JS.API.CONSUMER.CREATE.KEYS.d", {"stream_name": "KEYS",
+                                            "config": {"durable_name": "d"}}),
+        ("$JS.API.CONSUMER.INFO.KEYS.d", {}),
+        ("$JS.API.CONSUMER.LIST.KEYS", {}),
+    ]
+
+    async def shapes(server: Server) -> list[Any]:
+        nc = await nats.connect(server.url)
+        try:
+            got = []
+            for subject, body in requests:
+                msg = await nc.request(subject, json.dumps(body).encode(), timeout=5)
+                answer = json.loads(msg.data)
+                inner = answer.get("streams") or answer.get("consumers") or [{}]
+                got.append((list(answer), list(inner[0])))
+            return got
+        finally:
+            await nc.close()
+
+    ours, theirs = [await shapes(srv) for srv in servers]
+    assert ours == theirs
