@@ -254,6 +254,7 @@ class Consumer:
             config.get("deliver_subject") else None
         self.pace = Pace.of(config)
         self.soon: Callable[[Consumer], None] | None = None  # pump_soon's (the caller's)
+        self._listening: PullRequest | None = None
         self.advise = advise  # an advisory to publish (the caller adds account and domain)
         self.pin_id = ""  # pinned_client: the pin of the client that gets the messages
         self.pinned_ts = 0  # when it was pinned (ns)
@@ -357,6 +358,7 @@ class Consumer:
         if target and not self.interest(target):
             return  # a push consumer delivers once someone listens
         end_of_stream = False
+        self._listening = None  # the pull request whose requester was seen listening
         budget = PUMP_BUDGET  # bytes one call sends at most: the rest on the next turn
         flow = self.flow
         pace = self.pace
@@ -452,9 +454,11 @@ class Consumer:
                 request.max_bytes -= size
                 if request.max_bytes == 0:
                     request.batch = 1
-            if not self.interest(request.reply):
-                self.waiting.popleft()  # (nobody to take it: dropped without a word)
-                continue
+            if request is not self._listening:  # (once per request in a pump)
+                if not self.interest(request.reply):
+                    self.waiting.popleft()  # (nobody to take it: dropped without a word)
+                    continue
+                self._listening = request
             return request
         return None
 
