@@ -203,6 +203,7 @@ class Sublist:
         self._wildcards = 0
         self.cache: dict[bytes, Result] = {}  # the same dict for the server's lifetime
         self._cached = _CacheIndex()
+        self._seen: dict[bytes, None] = {}  # subjects computed once, not cached yet
         self.count = 0
         # For /subsz: subscriptions ever inserted and removed, results computed (cache
         # misses), and lookups through match (the routing path's are its messages).
@@ -329,7 +330,8 @@ class Sublist:
         return self.compute(subject)
 
     def compute(self, subject: bytes) -> Result:
-        """The result for `subject` from the index (not in `cache`), then cached."""
+        """The result for `subject` from the index (not in `cache`), cached the second time
+        it is asked for."""
         self.computed += 1
         plain: list[Subscription] = []
         groups: dict[bytes, list[Subscription]] = {}
@@ -350,6 +352,12 @@ class Sublist:
             result = (tuple(plain), tuple(tuple(g) for g in groups.values()), None)
         else:
             result = EMPTY_RESULT
+        seen = self._seen
+        if subject not in seen:  # cached the second time it is asked for: a subject used
+            seen[subject] = None  # once (an ack's, a request's inbox) does not crowd out
+            if len(seen) > MAX_CACHE:  # the ones used again and again
+                seen.clear()
+            return result
         cache = self.cache
         if len(cache) >= MAX_CACHE:
             cache.clear()

@@ -105,6 +105,8 @@ def test_queue_groups() -> None:
 def test_cache_is_kept_valid() -> None:
     sl = Sublist()
     assert sl.match(b"a.b") is EMPTY_RESULT
+    assert b"a.b" not in sl.cache  # (asked once: not cached yet)
+    assert sl.match(b"a.b") is EMPTY_RESULT
     assert b"a.b" in sl.cache
     literal = sub("a.b", "1")
     sl.insert(literal)
@@ -124,6 +126,18 @@ def test_cache_is_kept_valid() -> None:
     # An insert that does not match a cached subject leaves its entry alone and correct.
     sl.insert(sub("x.*", "4"))
     assert sl.match(b"a.b") is EMPTY_RESULT
+
+
+def test_a_subject_used_once_does_not_crowd_the_cache() -> None:
+    """Unique subjects (acks, inboxes) are computed, not cached: a subject used again and
+    again stays cached among them."""
+    sl = Sublist()
+    sl.insert(sub(">", "1"))
+    sl.match(b"hot")
+    sl.match(b"hot")
+    for i in range(10_000):
+        assert plain_sids(sl, f"ack.{i}") == [b"1"]
+    assert b"hot" in sl.cache and len(sl.cache) == 1
 
 
 def test_trie_is_pruned() -> None:
