@@ -518,9 +518,14 @@ def main(argv: list[str] | None = None) -> int:
                       "result": r.result.to_dict()} for r in runs],
         })
         console.print(f"wrote {args.json}")
+    return exit_code(verdicts, args.strict)
+
+
+def exit_code(verdicts: list[Any], strict: bool) -> int:
+    """1 when a run failed, or with `strict` when a target was missed; else 0."""
     if any(v.verdict == "error" for v in verdicts):
         return 1
-    return 1 if args.strict and any(v.verdict == "fail" for v in verdicts) else 0
+    return 1 if strict and any(v.verdict == "fail" for v in verdicts) else 0
 
 
 if __name__ == "__main__":

@@ -251,9 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                      for r in runs],
         })
         console.print(f"wrote {args.json}")
-    if any(v.verdict == "error" for v in verdicts):
-        return 1
-    return 1 if args.strict and any(v.verdict == "fail" for v in verdicts) else 0
+    return exit_code(verdicts, args.strict)
 
 
 if __name__ == "__main__":
