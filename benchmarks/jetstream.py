@@ -46,6 +46,7 @@ from benchmarks.compare import (  # noqa: E402
     Server,
     announce,
     describe,
+    exit_code,
     guarded,
     judge,
     reference_binary,
