@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from .conftest import publish
@@ -152,6 +154,11 @@ def test_queries_leave_no_streaming_client_registered(spark, stan_server, channe
             continuous.awaitTermination(0.2)
     finally:
         continuous.stop()
+    # stop() does not wait for a driver call under way: its client's close may still be on
+    # its way (a client left behind would stay for minutes, until its heartbeats fail).
+    deadline = time.monotonic() + 10
+    while _driver_clients(stan_server) - before and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert _driver_clients(stan_server) - before == set()
 
 
