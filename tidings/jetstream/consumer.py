@@ -317,7 +317,11 @@ class Consumer:
             if msg is not None:
                 self._from_initial = True
                 return msg
-        for seq in store.matching(self.next_seq, self.matches):
+        if self.filters:
+            seqs: Any = store.matching(self.next_seq, self.matches)
+        else:  # (every message: no subject to look at first)
+            seqs = range(max(self.next_seq, store.first_seq), store.last_seq + 1)
+        for seq in seqs:
             msg = store.get(seq)
             if msg is not None:
                 self.next_seq = seq + 1
