@@ -99,9 +99,8 @@ async def test_a_pull_consumer_fetches_and_acks(nc: Client) -> None:
         assert [m.data for m in first] == [b"m0", b"m1", b"m2"]
         assert [m.metadata.sequence.stream for m in first] == [1, 2, 3]
         for m in first[:2]:
-            await m.ack()
-        await nc.flush()
-        info = await js.consumer_info("PULL", "worker")
+            await m.ack_sync()  # (the reference takes acks on another goroutine: a flush
+        info = await js.consumer_info("PULL", "worker")  # would not wait for them)
         assert (info.delivered.stream_seq, info.ack_floor.stream_seq) == (3, 2)
         assert (info.num_ack_pending, info.num_pending) == (1, 2)
         rest = await sub.fetch(5, timeout=1)
