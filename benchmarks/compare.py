@@ -502,9 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     # (A cluster row's second server is one of the "other processes": not noise.)
     noise = max((v.other_cpu_max for v in verdicts
                  if v.other_cpu_max is not None and not v.check.spec.cluster), default=0.0)
-    if noise > NOISY:
-        out.print(f"[yellow]warning: other processes used up to {noise * 100:.0f}% of a core during "
-                  f"the runs; on a busy machine the ratios are less reliable[/yellow]")
+    warn_if_noisy(out, noise)
     if args.json:
         write_json(args.json, {
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -519,6 +517,13 @@ def main(argv: list[str] | None = None) -> int:
         })
         console.print(f"wrote {args.json}")
     return exit_code(verdicts, args.strict)
+
+
+def warn_if_noisy(out: Console, noise: float) -> None:
+    """A warning when other processes used more than NOISY of a core during the runs."""
+    if noise > NOISY:
+        out.print(f"[yellow]warning: other processes used up to {noise * 100:.0f}% of a core during "
+                  f"the runs; on a busy machine the ratios are less reliable[/yellow]")
 
 
 def exit_code(verdicts: list[Any], strict: bool) -> int:

@@ -37,7 +37,6 @@ if str(ROOT) not in sys.path:  # runnable from a checkout without installing the
 from rich.console import Console  # noqa: E402
 
 from benchmarks.compare import (  # noqa: E402
-    NOISY,
     REFERENCE,
     TIDINGS,
     Check,
@@ -52,6 +51,7 @@ from benchmarks.compare import (  # noqa: E402
     reference_binary,
     running,
     table,
+    warn_if_noisy,
 )
 from tidings.bench.jetstream import run_jetstream  # noqa: E402
 from tidings.bench.report import write_json  # noqa: E402
@@ -236,9 +236,7 @@ def main(argv: list[str] | None = None) -> int:
               f"always }}` against the reference's default; srv cpu = server CPU in % of one "
               f"core; {os.cpu_count()} cpus; {time.monotonic() - started:.0f} s in all[/dim]")
     noise = max((v.other_cpu_max for v in verdicts if v.other_cpu_max is not None), default=0.0)
-    if noise > NOISY:
-        out.print(f"[yellow]warning: other processes used up to {noise * 100:.0f}% of a core during "
-                  f"the runs; on a busy machine the ratios are less reliable[/yellow]")
+    warn_if_noisy(out, noise)
     if args.json:
         write_json(args.json, {
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

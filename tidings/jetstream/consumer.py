@@ -287,19 +287,22 @@ class Consumer:
         if policy == "last":  # the last message it would deliver (of its filters)
             if not self.filters:
                 return max(store.last_seq, store.first_seq)
-            lasts = [store.last_for(subject) for subject in list(store.subjects)
-                     if self.matches(subject)]
-            return max((m.seq for m in lasts if m is not None), default=store.last_seq + 1)
+            return max(self._last_per_subject(), default=store.last_seq + 1)
         if policy == "by_start_sequence":
             return max(int(cfg.get("opt_start_seq") or 1), store.first_seq)
         if policy == "last_per_subject":
-            lasts = (store.last_for(subject) for subject in list(store.subjects)
-                     if self.matches(subject))
-            self.initial = deque(sorted(m.seq for m in lasts if m is not None))
+            self.initial = deque(sorted(self._last_per_subject()))
             return store.last_seq + 1
         if policy == "by_start_time":
-            return self.stream.store.first_at(parse_go_time(str(cfg.get("opt_start_time") or "")))
+            return store.first_at(parse_go_time(str(cfg.get("opt_start_time") or "")))
         return store.first_seq
+
+    def _last_per_subject(self) -> list[int]:
+        """The sequence of the last message of each subject it takes."""
+        store = self.stream.store
+        lasts = (store.last_for(subject) for subject in list(store.subjects)
+                 if self.matches(subject))
+        return [m.seq for m in lasts if m is not None]
 
     # -- deliveries ------------------------------------------------------------------------
     def matches(self, subject: str) -> bool:
@@ -907,9 +910,6 @@ class Consumer:
         self.pump()
 
     def push_bound(self) -> bool:
-        return self._bound()
-
-    def _bound(self) -> bool:
         """A push consumer someone listens to (its deliver subject has a subscriber)."""
         target = self.config.get("deliver_subject")
         return bool(target) and self.interest(target)
@@ -930,7 +930,7 @@ class Consumer:
             # (the reference's: pending messages delivered more than once)
             "num_redelivered": sum(1 for p in self.pending.values() if p.deliveries > 1),
             "num_waiting": len(self.waiting), "num_pending": self.num_pending(),
-            **({"push_bound": True} if self._bound() else {}),
+            **({"push_bound": True} if self.push_bound() else {}),
             **({"paused": True, "pause_remaining": left} if (left := self.paused_for()) else {}),
             **self._priority_state(),
         }

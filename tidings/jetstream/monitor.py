@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..config.jetstream import API_LEVEL
 from ..server.endpoints import EndpointError, health_failure
 from ..server.gojson import go_time
+from . import limits
 
 if TYPE_CHECKING:
     from ..server.accounts import Account
@@ -47,30 +48,17 @@ def _accounts(js: JetStream) -> list[Account]:
                   key=lambda a: a.name)
 
 
-def _usage(streams: dict[str, Stream]) -> tuple[int, int]:
-    """(memory, storage) bytes the streams hold."""
-    memory = storage = 0
-    for stream in streams.values():
-        if stream.config["storage"] == "memory":
-            memory += stream.store.bytes
-        else:
-            storage += stream.store.bytes
-    return memory, storage
-
-
 def stats(js: JetStream, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """The reference's JetStreamStats of the server (/varz's `jetstream.stats`, /jsz's
     first fields)."""
-    memory = storage = 0
-    for streams in js.streams.values():
-        mem, store = _usage(streams)
-        memory, storage = memory + mem, storage + store
+    every = [stream for streams in js.streams.values() for stream in streams.values()]
+    memory, storage = limits.usage(every, "memory"), limits.usage(every, "file")
     return {"memory": memory, "storage": storage, "reserved_memory": 0,
             "reserved_storage": 0, "accounts": len(_accounts(js)), "ha_assets": 0,
             "api": {"level": API_LEVEL, "total": js.total, "errors": js.errors}}
 
 
-def _api_of(js: JetStream, account: Account, accounts: list[Account]) -> dict[str, int]:
+def _api_of(js: JetStream, account: Account) -> dict[str, int]:
     """An account's API counts."""
     total, errs = js.api_counts.get(account, (0, 0))
     return {"level": 0, "total": total, "errors": errs}
@@ -99,7 +87,7 @@ def jsz(js: JetStream, opts: dict[str, Any]) -> dict[str, Any]:
     body["bytes"] = sum(s.store.bytes for s in every)
     chosen = _chosen(accounts, opts)
     if chosen:
-        body["account_details"] = [_account_detail(js, a, accounts, opts) for a in chosen]
+        body["account_details"] = [_account_detail(js, a, opts) for a in chosen]
     body["total"] = len(accounts)
     return body
 
@@ -132,16 +120,16 @@ def _chosen(accounts: list[Account], opts: dict[str, Any]) -> list[Account]:
     return accounts[opts["offset"]:opts["offset"] + opts["limit"]]
 
 
-def _account_detail(js: JetStream, account: Account, accounts: list[Account],
-                    opts: dict[str, Any]) -> dict[str, Any]:
+def _account_detail(js: JetStream, account: Account, opts: dict[str, Any]) -> dict[str, Any]:
     """The reference's AccountDetail: its usage, its API counts, and with `streams` each
     stream's detail (with `consumer` its consumers' info; configurations with `config`)."""
     streams = js.streams.get(account, {})
-    memory, storage = _usage(streams)
+    memory, storage = limits.usage(streams.values(), "memory"), limits.usage(streams.values(),
+                                                                              "file")
     detail: dict[str, Any] = {
         "name": account.name, "id": account.name, "memory": memory, "storage": storage,
         "reserved_memory": UNLIMITED, "reserved_storage": UNLIMITED, "accounts": 0,
-        "ha_assets": 0, "api": _api_of(js, account, accounts),
+        "ha_assets": 0, "api": _api_of(js, account),
     }
     if opts["streams"] and streams:
         detail["stream_detail"] = [_stream_detail(js, streams[name], opts)
@@ -197,7 +185,7 @@ def account_jsz(js: JetStream, opts: dict[str, Any]) -> dict[str, Any]:
     if account not in accounts:
         raise EndpointError(f'account "{name}" not jetstream enabled')
     shown = {key: bool(opts.get(key)) for key in ("streams", "consumer", "config")}
-    return _account_detail(js, account, accounts, shown)
+    return _account_detail(js, account, shown)
 
 
 # -- /healthz ------------------------------------------------------------------------------

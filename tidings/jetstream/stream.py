@@ -573,8 +573,6 @@ class Stream:
             for consumer in self.consumers.values():
                 consumer.recount()
             return int(store.purge())
-        from ..protocol.subjects import subject_matches
-
         chosen = list(store.matching(store.first_seq, lambda found: subject is None
                                      or subject_matches(subject, found)))
         if upto:
@@ -699,8 +697,6 @@ class Stream:
 
     def subject_counts(self, subject_filter: str) -> dict[str, int]:
         """Messages per subject, of the subjects `subject_filter` matches."""
-        from ..protocol.subjects import subject_matches
-
         return {subject: count for subject, count in self.store.subjects.items()
                 if subject_matches(subject_filter, subject)}
 

@@ -85,14 +85,19 @@ accounts {{
 }
 
 
-@pytest.mark.parametrize("text", GOOD.values(), ids=GOOD.keys())
-def test_good_files_are_taken_by_both(tmp_path: Path, text: str) -> None:
+def taken_by_both(tmp_path: Path, text: str) -> None:
+    """A configuration file `-t` finds good on the reference and on tidings."""
     conf = tmp_path / "good.conf"
     conf.write_text(text + "\n")
     ref = reference("-t", "-c", str(conf))
     assert ref.returncode == 0, ref.stderr
     ours = tidings("-t", "-c", str(conf))
     assert ours.returncode == 0, ours.stderr
+
+
+@pytest.mark.parametrize("text", GOOD.values(), ids=GOOD.keys())
+def test_good_files_are_taken_by_both(tmp_path: Path, text: str) -> None:
+    taken_by_both(tmp_path, text)
 
 
 # (id, file, where the reference and tidings place the error, the message)

@@ -22,7 +22,7 @@ import pytest
 from tests.harness import Process, Server, start_configured, tidings_command
 from tests.harness.rawnats import RawConn
 
-from .test_accounts_config import reference_says
+from .test_accounts_config import reference_says, taken_by_both
 from .test_config_file import reference, tidings
 
 pytestmark = pytest.mark.timeout(120)
@@ -61,12 +61,7 @@ GOOD = {
 
 @pytest.mark.parametrize("text", GOOD.values(), ids=GOOD.keys())
 def test_good_files_are_taken_by_both(tmp_path: Path, text: str) -> None:
-    conf = tmp_path / "good.conf"
-    conf.write_text(text + "\n")
-    ref = reference("-t", "-c", str(conf))
-    assert ref.returncode == 0, ref.stderr
-    ours = tidings("-t", "-c", str(conf))
-    assert ours.returncode == 0, ours.stderr
+    taken_by_both(tmp_path, text)
 
 
 # (id, file, where both place the error ("" for nowhere), the message)
