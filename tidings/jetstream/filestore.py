@@ -68,7 +68,6 @@ MAX_RECORD = HBIT - 1
 LARGE_BLOCK = 8 * 1024 * 1024  # the reference's defaultLargeBlockSize
 MEDIUM_BLOCK = 4 * 1024 * 1024  # defaultMediumBlockSize
 MIN_BLOCK = 32 * 1000  # FileStoreMinBlkSize
-DEFAULT_SYNC_INTERVAL = 120.0  # the reference's sync_interval
 READ_AHEAD = 64 * 1024
 MAX_OPEN_FILES = 16
 COMPACT_MIN = 64 * 1024  # dead bytes a block must have before it is rewritten

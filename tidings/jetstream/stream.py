@@ -503,10 +503,12 @@ class Stream:
                 while store.count and store.first_ts() < cutoff:
                     self._expire_one(store.first_seq)
                     gone = True
-            else:
-                for seq in list(store.matching(store.first_seq, lambda _s: True)):
+            else:  # (past the never-expiring ones, up to the first one too young)
+                for seq in range(store.first_seq, store.last_seq + 1):
                     msg = store.get(seq)
-                    if msg is None or msg.ts >= cutoff:
+                    if msg is None:
+                        continue
+                    if msg.ts >= cutoff:
                         break
                     if seq not in self.never:
                         self._expire_one(seq)
@@ -551,7 +553,7 @@ class Stream:
         if not self.config.get("allow_msg_ttl"):
             return
         store = self.store
-        for seq in list(store.matching(store.first_seq, lambda _s: True)):
+        for seq in range(store.first_seq, store.last_seq + 1):
             msg = store.get(seq)
             if msg is None or not msg.headers or b"Nats-TTL" not in msg.headers:
                 continue
