@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
@@ -97,6 +98,14 @@ def test_version(exe: str, dropin: str) -> None:
     assert run(exe, "-v").stdout == shown.stdout
 
 
+def read_json(path: Path) -> Any:
+    """The JSON in `path`, or None while it is missing or still being written."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def test_help(exe: str) -> None:
     shown = run(exe, "-h")
     assert shown.returncode == 0 and "nats-server" in shown.stdout
@@ -114,10 +123,10 @@ async def test_a_launchers_flags_log_lines_and_files(exe: str, tmp_path: Path) -
         assert host == "127.0.0.1"
         assert pid_file.read_text() == str(proc.pid)
         # (The reference writes it before its ready line, tidings just after: nats.js's nst
-        # waits for the file itself.)
+        # waits for the file itself. The reference creates it before it writes it, so a file
+        # that does not parse yet is not yet the file.)
         ports_file = ports_dir / f"nats-server_{proc.pid}.ports"
-        ports = json.loads(wait_until(ports_file.exists, 10, "the ports file")
-                           and ports_file.read_text())
+        ports = wait_until(lambda: read_json(ports_file), 10, "the ports file")
         assert ports["nats"] == [f"nats://127.0.0.1:{port}"]
         assert len(ports["monitoring"]) == 1
         nc = await nats.connect(f"nats://{host}:{port}")
