@@ -119,13 +119,15 @@ class Pace:
         return False
 
 
-@dataclass
 class Pending:
-    """A delivered message waiting for its ack."""
+    """A delivered message waiting for its ack (slots: one is made per delivery)."""
 
-    cseq: int
-    ts: int  # when delivered (ns)
-    deliveries: int
+    __slots__ = ("cseq", "ts", "deliveries")
+
+    def __init__(self, cseq: int, ts: int, deliveries: int) -> None:
+        self.cseq = cseq
+        self.ts = ts  # when delivered (ns)
+        self.deliveries = deliveries
 
 
 @dataclass

@@ -105,23 +105,22 @@ def encode(seq_field: int, ts: int, subject: bytes, headers: bytes | None, data:
     return body + TRAIL.pack(crc32(body), rl)
 
 
-def decode(buf: bytes | memoryview, pos: int = 0) -> StoredMsg | None:
+def decode(buf: bytes, pos: int = 0) -> StoredMsg | None:
     """The message record at ``pos`` (None when its checksum fails)."""
-    view = memoryview(buf)
-    word, seq_field, ts, slen = HEAD.unpack_from(view, pos)
+    word, seq_field, ts, slen = HEAD.unpack_from(buf, pos)
     rl = word & ~HBIT
     end = pos + rl - TRAIL.size
-    if end > len(view) or crc32(view[pos:end]) != TRAIL.unpack_from(view, end)[0]:
+    if end > len(buf) or crc32(buf[pos:end]) != TRAIL.unpack_from(buf, end)[0]:
         return None
     p = pos + HEAD.size
-    subject = str(view[p:p + slen], "utf-8", "replace")
+    subject = buf[p:p + slen].decode("utf-8", "replace")
     p += slen
     headers = None
     if word & HBIT:
-        (hlen,) = HLEN.unpack_from(view, p)
-        headers = bytes(view[p + HLEN.size:p + HLEN.size + hlen])
+        (hlen,) = HLEN.unpack_from(buf, p)
+        headers = buf[p + HLEN.size:p + HLEN.size + hlen]
         p += HLEN.size + hlen
-    return StoredMsg(subject, seq_field & SEQ_MASK, headers, bytes(view[p:end]), ts)
+    return StoredMsg(subject, seq_field & SEQ_MASK, headers, buf[p:end], ts)
 
 
 class _Block:
@@ -612,7 +611,8 @@ class FileStore(StoreLimits):
     def _read(self, blk: _Block, off: int, size: int) -> tuple[bytes, int]:
         """A buffer holding the record at off, and its position in it."""
         if blk is self._buf_blk and off >= self._buf_start:
-            return bytes(self._buf), off - self._buf_start
+            start = off - self._buf_start
+            return bytes(self._buf[start:start + size]), 0
         cache = self._rcache
         if cache is not None and cache[0] == blk.index:
             start = off - cache[1]

@@ -12,15 +12,16 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 log = logging.getLogger("tidings.jetstream")
 
 OVERHEAD = 16  # per message, as the reference's memory store adds
 
 
-@dataclass(frozen=True)
-class StoredMsg:
+class StoredMsg(NamedTuple):
+    """One stored message (a named tuple: one is made for every read of the store)."""
+
     subject: str
     seq: int
     headers: bytes | None
