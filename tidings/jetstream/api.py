@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config.accounts import JetStreamLimits
 from ..server.accounts import Account, publish_internal, subscribe_internal
+from ..server.connection import msg_frame
 from . import errors, limits
 from .consumer import Consumer, ephemeral_name
 from .consumer_config import check as check_consumer
@@ -628,8 +629,6 @@ class JetStream:
 
         def send(target: str, subject: str, reply: str | None, headers: bytes | None,
                  data: bytes) -> None:
-            from ..server.connection import msg_frame
-
             subj, rep = subject.encode(), reply.encode() if reply else None
             if headers:
                 frame = msg_frame(b"HMSG ", subj, rep, headers + data, len(headers))
@@ -672,9 +671,10 @@ class JetStream:
             return False
         if not sseq.isdigit():
             return None
-        what = consumer.ack(int(sseq), payload)
-        if what == "ack" and payload.strip().startswith(b"+NXT") and reply:
-            consumer.request(reply.decode(), payload.strip()[4:])
+        body = payload.strip()
+        what = consumer.ack(int(sseq), body)
+        if what == "ack" and reply and body.startswith(b"+NXT"):
+            consumer.request(reply.decode(), body[4:])
         elif reply:
             publish_internal(self.server, account, reply, b"")  # (a double ack's answer)
 

@@ -248,6 +248,7 @@ class Consumer:
                  advise: Advise = lambda subject, event: None) -> None:
         self.stream = stream
         self.name = name
+        self._ack_prefix = f"$JS.ACK.{stream.name}.{name}."  # each delivery's reply starts so
         self.config = config
         self.send = send
         self.interest = interest  # whether anyone listens to a subject (a target, a reply)
@@ -582,8 +583,7 @@ class Consumer:
             cseq, count = entry.cseq, entry.deliveries + 1
         else:
             cseq, count = self.cseq + 1, 1
-        ack = (f"$JS.ACK.{self.stream.name}.{self.name}.{count}.{msg.seq}.{cseq}."
-               f"{msg.ts}.{self.num_pending()}")
+        ack = f"{self._ack_prefix}{count}.{msg.seq}.{cseq}.{msg.ts}.{self.num_pending()}"
         headers, data = msg.headers, msg.data
         if self.config.get("headers_only"):
             size = f"Nats-Msg-Size: {len(data)}\r\n".encode()
@@ -593,20 +593,22 @@ class Consumer:
 
     def _deliver(self, msg: StoredMsg, target: str, ack: str, headers: bytes | None,
                  data: bytes) -> None:
+        now = time.time_ns()
         entry = self.pending.get(msg.seq)
         if entry is not None:
             entry.deliveries += 1
-            entry.ts = time.time_ns()
+            entry.ts = now
             self.redelivered += 1
         else:
             self.cseq += 1
             if self.config["ack_policy"] != "none":
-                self.pending[msg.seq] = Pending(self.cseq, time.time_ns(), 1)
+                self.pending[msg.seq] = Pending(self.cseq, now, 1)
             else:
                 self.ack_floor = (self.cseq, msg.seq)
                 self.stream.acked(msg.seq)
-        self.dseq = max(self.dseq, msg.seq)
-        self.last_active = time.time_ns()
+        if msg.seq > self.dseq:
+            self.dseq = msg.seq
+        self.last_active = now
         self.send(target, msg.subject, ack, headers, data)
         self.last_sent = time.monotonic()
 
@@ -818,6 +820,8 @@ class Consumer:
     def ack(self, stream_seq: int, payload: bytes) -> str:
         """An ack on a delivery's reply subject; what it was ("ack", "nak", ...)."""
         body = payload.strip()
+        if body == b"+ACK" or not body:  # (the common case first)
+            return self._ack_to(stream_seq)
         if body.startswith(b"-NAK"):
             delay = _nak_delay(body[4:])
             entry = self.pending.get(stream_seq)
@@ -845,15 +849,19 @@ class Consumer:
             self._acked(stream_seq)
             self.pump_soon()
             return "term"
-        if body in (b"", b"+ACK") or body.startswith(b"+NXT") or body.startswith(b"+ACK"):
-            if self.config["ack_policy"] == "all":
-                for seq in [s for s in self.pending if s <= stream_seq]:
-                    self._acked(seq)
-            else:
-                self._acked(stream_seq)
-            self.pump_soon()
-            return "ack"
+        if body.startswith(b"+NXT") or body.startswith(b"+ACK"):
+            return self._ack_to(stream_seq)
         return "unknown"
+
+    def _ack_to(self, stream_seq: int) -> str:
+        """A positive ack: of `stream_seq`, and with ack policy all of all before it."""
+        if self.config["ack_policy"] == "all":
+            for seq in [s for s in self.pending if s <= stream_seq]:
+                self._acked(seq)
+        else:
+            self._acked(stream_seq)
+        self.pump_soon()
+        return "ack"
 
     def _exceeded(self, seq: int, entry: Pending) -> None:
         """Delivered max_deliver times and not acked: no longer pending (the ack floor

@@ -20,6 +20,7 @@ from ..fileio import fsync_dir
 from ..protocol.headers import header_fields, replace_header
 from ..protocol.subjects import is_valid_subject, subject_matches
 from . import errors
+from .filestore import CommitFailed
 from .memstore import MemoryStore, StoredMsg
 
 log = logging.getLogger("tidings.jetstream")
@@ -588,8 +589,6 @@ class Stream:
     def commit(self) -> tuple[set[int], str]:
         """Write what this turn's publishes stored (a file stream's group commit); the
         sequences a failed write took back (their publishes are refused) and why."""
-        from .filestore import CommitFailed
-
         try:
             self.store.commit()
         except CommitFailed as exc:
