@@ -40,6 +40,7 @@ from ..config.accounts import (
 from ..protocol.subjects import is_subset
 from ..protocol.transform import Transform, TransformError, prefixed
 from .clientinfo import client_info
+from .connection import msg_frame
 from .latency import Measure, sampled
 from .sublist import Sublist, Subscription
 
@@ -188,8 +189,6 @@ def request_frames(pub: Connection | None, subject: bytes, reply: bytes | None,
     gets it: with a `Nats-Request-Info` header naming the requester's account and its
     round trip time (all about it, with the server, when the import `share`s), as the
     reference adds it, unless an earlier import added one."""
-    from .connection import msg_frame
-
     if pub is not None and not pub.is_route and (headers is None or REQUEST_INFO not in headers):
         info = client_info(pub, share, where=share)  # type: ignore[arg-type]
         line = REQUEST_INFO + b": " + json.dumps(info, separators=(",", ":")).encode()
@@ -514,8 +513,6 @@ def publish_internal(server: Server, account: Account, subject: bytes, payload: 
                      flush: bool = True) -> bool:
     """Publish a message of the server's own in `account` (to the routes too); outside a
     client's read it is written at once unless `flush` is False (the caller flushes)."""
-    from .connection import msg_frame
-
     if headers is None:
         frame = msg_frame(b"MSG ", subject, reply, payload)
         plain = None
