@@ -16,12 +16,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..config.accounts import JetStreamLimits
+from ..server import godecode
 from ..server.accounts import Account, publish_internal, subscribe_internal
 from ..server.connection import msg_frame
-from . import errors, limits
+from . import errors, limits, schemas
 from .consumer import Consumer, ephemeral_name
 from .consumer_config import check as check_consumer
-from .consumer_config import check_change, check_on_stream, json_kind, valid_group_name
+from .consumer_config import check_change, check_on_stream, valid_group_name
 from .consumer_config import normalize as normalize_consumer
 from .errors import ApiError
 from .stream import (
@@ -252,14 +253,29 @@ class JetStream:
             return self._reply(account, reply, kind, error=errors.INVALID_JSON(
                 err="unexpected end of JSON input"))  # (its body is required)
         try:
-            body = json.loads(payload) if payload.strip() else {}
+            body = godecode.loads(payload) if payload.strip() else {}
         except ValueError as exc:
             return self._reply(account, reply, kind, error=errors.INVALID_JSON(err=exc.msg))
         streams = self.streams.setdefault(account, {})
         try:
+            body = self._typed(tokens, body, payload)
             self._dispatch(account, streams, tokens, body, reply)
         except ApiError as exc:
             self._reply(account, reply, kind, error=exc)
+
+    def _typed(self, tokens: list[str], body: Any, payload: bytes) -> Any:
+        """The body as the reference's decoder reads it into the request's struct (its
+        words, as INVALID_JSON, where it refuses it). A pause without a JSON object or array
+        is a resume, not a body."""
+        schema = schemas.REQUESTS.get(_operation(tokens)[0])
+        if schema is None or not payload.strip():
+            return body
+        if tokens[:2] == ["CONSUMER", "PAUSE"] and not isinstance(body, dict | list):
+            return body
+        try:
+            return godecode.decode(body, schema, self.config.strict)
+        except godecode.GoJsonError as exc:
+            raise errors.INVALID_JSON(err=str(exc)) from None
 
     def _dispatch(self, account: Account, streams: dict[str, Stream], tokens: list[str],
                   body: Any, reply: bytes) -> None:
@@ -463,14 +479,7 @@ class JetStream:
         """CONSUMER.UNPIN.<stream>.<consumer> `{"group"}`: the group's pin released (checked
         in the reference's order: the body, the group's name, the stream, the consumer, the
         consumer's groups)."""
-        if not isinstance(body, dict):
-            raise errors.INVALID_JSON(err=f"json: cannot unmarshal {json_kind(body)} into Go "
-                                      "value of type server.JSApiConsumerUnpinRequest")
-        group = body.get("group")
-        if group is not None and not isinstance(group, str):
-            raise errors.INVALID_JSON(err=f"json: cannot unmarshal {json_kind(group)} into Go "
-                                      "struct field JSApiConsumerUnpinRequest.group of type "
-                                      "string")
+        group = body.get("group")  # (its type checked as the request's: schemas.py)
         if not group:
             raise errors.INVALID_JSON(err="consumer group not specified")
         if not valid_group_name(group):

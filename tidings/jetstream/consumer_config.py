@@ -4,7 +4,6 @@ errors; `check_on_stream`: what a work-queue stream allows)."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -80,7 +79,6 @@ def normalize(raw: Any, durable: str = "", stream: dict[str, Any] | None = None,
         raise errors.CONSUMER_CONFIG_REQUIRED()
     if pedantic:
         _pedantic(raw, stream or {})
-    _priority_types(raw)
     # (zeros and false are the reference's "not given": its fields are omitempty)
     cfg = {k: v for k, v in raw.items()
            if k in _FIELDS and v not in (None, "", [], {}, 0, False)}
@@ -135,38 +133,6 @@ def _required_level(raw: dict[str, Any]) -> int:
             or raw.get("priority_groups"):
         return 1
     return 0
-
-
-def json_kind(value: Any) -> str:
-    """What Go's encoding/json calls a JSON value in its errors."""
-    for kind, name in ((bool, "bool"), (int, "number"), (float, "number"), (str, "string"),
-                       (list, "array"), (dict, "object")):
-        if isinstance(value, kind):
-            return name
-    return "null"
-
-
-def _priority_types(raw: dict[str, Any]) -> None:
-    """The priority fields' JSON, read as the reference reads it (its words when not)."""
-    policy = raw.get("priority_policy")
-    if "priority_policy" in raw and policy not in PRIORITY_POLICIES:
-        raise errors.INVALID_JSON(err=f"unknown priority policy: {json.dumps(policy)}")
-    ttl = raw.get("priority_timeout")
-    if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool)):
-        kind = f"number {json.dumps(ttl)}" if isinstance(ttl, float) else json_kind(ttl)
-        raise errors.INVALID_JSON(
-            err=f"json: cannot unmarshal {kind} into Go struct field "
-                "CreateConsumerRequest.config.priority_timeout of type time.Duration")
-    groups = raw.get("priority_groups")
-    if groups is not None and not isinstance(groups, list):
-        raise errors.INVALID_JSON(
-            err=f"json: cannot unmarshal {json_kind(groups)} into Go struct field "
-                "CreateConsumerRequest.config.priority_groups of type []string")
-    for i, group in enumerate(groups or []):
-        if not isinstance(group, str):
-            raise errors.INVALID_JSON(
-                err=f"json: cannot unmarshal {json_kind(group)} into "
-                    f"CreateConsumerRequest.config.priority_groups.{i} of type string")
 
 
 def _priority(cfg: dict[str, Any]) -> None:

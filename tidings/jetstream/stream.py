@@ -47,7 +47,8 @@ _KNOWN = {name for name, _ in _FIELDS}
 _CHOICES = {"retention": ("limits", "interest", "workqueue"), "discard": ("old", "new"),
             "storage": ("file", "memory"), "compression": ("none", "s2")}
 # Fields tidings does not build yet: a stream asking for them is refused by name.
-NOT_BUILT = ("placement", "mirror", "sources")
+NOT_BUILT = ("placement", "mirror", "sources", "allow_msg_counter", "allow_atomic",
+             "allow_msg_schedules", "allow_batched", "persist_mode")
 MAX_DESCRIPTION = 4 * 1024
 MS100 = NS // 10
 
@@ -63,11 +64,13 @@ def normalize(raw: dict[str, Any], name: str) -> dict[str, Any]:
     if not _valid_name(name):
         raise errors.STREAM_NAME_CONTAINS_PATH_SEPARATORS()
     for field in NOT_BUILT:
-        if raw.get(field):
+        if raw.get(field) and not (field == "persist_mode" and raw[field] == "default"):
             raise errors.STREAM_INVALID_CONFIG(err=f"stream {field} is not supported by tidings yet")
     cfg: dict[str, Any] = {}
     for field, default in _FIELDS:
-        value = raw.get(field, default)
+        value = raw.get(field)
+        if value is None:  # (null, as Go reads it, leaves the default)
+            value = default
         if value is None:
             continue
         cfg[field] = value

@@ -49,6 +49,7 @@ from .accounts import (
 )
 from .clientinfo import client_info, go_time
 from .endpoints import FILTER_OPTIONS, OPTIONS, EndpointError, Endpoints, _rss
+from .godecode import json_kind, syntax_error
 
 if TYPE_CHECKING:
     from asyncio import TimerHandle
@@ -89,64 +90,6 @@ class Skip(Exception):
     """The request is not for this server (filtered, or nothing to say): no answer."""
 
 
-def _go_char(c: str) -> str:
-    if c == "'":
-        return "'\\''"
-    if c == '"':
-        return "'\"'"
-    return "'" + json.dumps(c)[1:-1] + "'"
-
-
-def go_json_error(text: str, exc: json.JSONDecodeError) -> str:
-    """Go's encoding/json error for the same syntax error."""
-    pos = exc.pos
-    rest = text[pos:].lstrip(" \t\r\n") if exc.msg.startswith("Expecting") else text[pos:]
-    if not rest or exc.msg.startswith("Unterminated"):
-        return "unexpected end of JSON input"
-    char = _go_char(text[pos] if not exc.msg.startswith("Expecting") else rest[0])
-    if exc.msg.startswith("Expecting property name"):
-        where = "looking for beginning of object key string"
-    elif exc.msg == "Expecting ':' delimiter":
-        where = "after object key"
-    elif exc.msg == "Expecting ',' delimiter":
-        where = ("after array element" if _innermost(text, pos) == "["
-                 else "after object key:value pair")
-    elif exc.msg == "Extra data":
-        where = "after top-level value"
-    elif exc.msg.startswith("Invalid control character"):
-        where = "in string literal"
-    else:
-        where = "looking for beginning of value"
-    return f"invalid character {char} {where}"
-
-
-def _innermost(text: str, pos: int) -> str:
-    """The innermost bracket open at `pos` ("[" or "{")."""
-    stack: list[str] = []
-    in_string = escaped = False
-    for c in text[:pos]:
-        if in_string:
-            escaped = not escaped and c == "\\"
-            in_string = escaped or c != '"'
-        elif c == '"':
-            in_string = True
-        elif c in "[{":
-            stack.append(c)
-        elif c in "]}" and stack:
-            stack.pop()
-    return stack[-1] if stack else ""
-
-
-def _json_kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
-
 def _fits(value: Any, go_type: str) -> bool:
     if go_type == "bool":
         return isinstance(value, bool)
@@ -169,11 +112,11 @@ def decode_options(kind: str, payload: bytes) -> dict[str, Any]:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(go_json_error(text, exc)) from None
+        raise ValueError(syntax_error(text, exc)) from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise ValueError(f"json: cannot unmarshal {_json_kind(raw)} into Go value of type "
+        raise ValueError(f"json: cannot unmarshal {json_kind(raw)} into Go value of type "
                          f"server.{struct}")
     fields = {**OPTIONS[kind], **FILTER_OPTIONS}
     lower = {name.lower(): name for name in fields}
@@ -187,11 +130,11 @@ def decode_options(kind: str, payload: bytes) -> dict[str, Any]:
         if go_type == "[]string" and isinstance(value, list):
             bad = next((v for v in value if not isinstance(v, str)), None)
             if bad is not None:
-                error = error or (f"json: cannot unmarshal {_json_kind(bad)} into Go struct "
+                error = error or (f"json: cannot unmarshal {json_kind(bad)} into Go struct "
                                   f"field {struct}.{name} of type string")
                 continue
         if not _fits(value, go_type):
-            error = error or (f"json: cannot unmarshal {_json_kind(value)} into Go struct "
+            error = error or (f"json: cannot unmarshal {json_kind(value)} into Go struct "
                               f"field {struct}.{name} of type {go_type}")
             continue
         opts[name] = value

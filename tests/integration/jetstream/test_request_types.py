@@ -1,0 +1,138 @@
+"""API request bodies whose JSON the reference's decoder refuses (a string for a number, a
+number too large or not an integer, an unknown policy, field or time, a body of the wrong
+kind): the same raw bytes sent to tidings and to the reference nats-server, their answers
+compared whole. None may cost tidings a traceback or an unanswered request."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from tests.harness import Server, start_reference, start_tidings
+
+STREAM_BODIES = [
+    '{"name":"S","subjects":["a.*"],"max_msgs":"invalid"}',
+    '{"name":"S","max_age":"1s"}',
+    '{"name":"S","discard":5}',
+    '{"name":"S","subjects":"a"}',
+    '{"name":"S","subjects":[1]}',
+    '{"name":"S","max_msgs":1.5}',
+    '{"name":"S","max_msgs":1e3}',
+    '{"name":"S","max_msgs":9223372036854775808}',
+    '{"name":"S","max_msg_size":3000000000}',
+    '{"name":"S","first_seq":-1}',
+    '{"name":"S","allow_direct":"yes"}',
+    '{"name":"S","metadata":{"a":1}}',
+    '{"name":"S","num_replicas":"1"}',
+    '{"name":"S","retention":"bogus"}',
+    '{"name":"S","retention":null}',
+    '{"name":"S","storage":1}',
+    '{"name":"S","compression":"zip"}',
+    '{"name":"S","compression":5}',
+    '{"name":"S","compression":null}',
+    '{"name":"S","persist_mode":"x"}',
+    '{"name":"S","republish":{"src":">","dest":5}}',
+    '{"name":"S","republish":{"src":">","dest":"x","foo":1}}',
+    '{"name":"S","consumer_limits":{"max_ack_pending":"x"}}',
+    '{"name":"S","placement":{"tags":"x"}}',
+    '{"name":"S","mirror":"x"}',
+    '{"name":"S","sources":[{"name":"x","opt_start_seq":"1"}]}',
+    '{"name":"S","sources":[{"name":"x","opt_start_time":"notatime"}]}',
+    '{"name":"S","sources":[{"name":"x","opt_start_time":5}]}',
+    '{"name":"S","pedantic":"x"}',
+    '{"name":"S","unknownfield":1,"max_msgs":"x"}',
+    '{"name":"S","max_msgs":"x","unknownfield":1}',
+    '{"name":"S","max_msgs":"x","retention":"bogus"}',
+    '{"name":"S","retention":"bogus","max_msgs":"x"}',
+    '[1]',
+    '"x"',
+]
+CONSUMER_BODIES = [
+    '{"stream_name":"T","config":{"ack_policy":"explicit","foo":1}}',
+    '{"stream_name":"T","foo":2,"config":{"ack_policy":"explicit"}}',
+    '{"stream_name":"T","config":{"ack_policy":"explicit","max_deliver":"x"}}',
+    '{"stream_name":"T","config":{"ack_policy":null}}',
+    '{"stream_name":"T","config":{"deliver_policy":"bogus"}}',
+    '{"stream_name":"T","config":{"ack_policy":"explicit"},"action":"bogus"}',
+    '{"stream_name":"T","config":{"ack_policy":"explicit","backoff":["1s"]}}',
+    '{"stream_name":"T","config":{"ack_policy":"explicit","opt_start_time":"2020-01-01"}}',
+    '{"stream_name":"T","config":{"priority_policy":"first"}}',
+    '{"stream_name":"T","config":{"priority_timeout":1.5}}',
+    '{"stream_name":"T","config":{"priority_groups":["a",2]}}',
+    '{"stream_name":"T","config":"x"}',
+    '{"stream_name":5,"config":{}}',
+]
+OTHER = [
+    ("STREAM.INFO.T", '{"subjects_filter":5}'),
+    ("STREAM.INFO.T", '{"deleted_details":true,"foo":1}'),
+    ("STREAM.NAMES", '{"offset":"1"}'),
+    ("STREAM.LIST", '{"subject":["x"]}'),
+    ("STREAM.PURGE.T", '{"keep":-1}'),
+    ("STREAM.MSG.GET.T", '{"seq":"1"}'),
+    ("STREAM.MSG.GET.T", '{"seq":1,"start_time":"yesterday"}'),
+    ("STREAM.MSG.DELETE.T", '{"seq":1,"no_erase":"x"}'),
+    ("CONSUMER.NAMES.T", '{"offset":true}'),
+    ("CONSUMER.UNPIN.T.c", '{"group":5}'),
+    ("CONSUMER.UNPIN.T.c", '[]'),
+]
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
+    store: Path = tmp_path_factory.mktemp("rt")
+    pair = [start_tidings(extra_args=["-js", "-sd", str(store / "t")]),
+            start_reference(extra_args=["-js", "-sd", str(store / "r")])]
+    yield pair
+    for srv in pair:
+        srv.stop()
+
+
+async def answers(server: Server, requests: list[tuple[str, str]]) -> list[Any]:
+    nc = await nats.connect(server.url)
+    try:
+        got = []
+        for subject, body in requests:
+            msg = await nc.request("$JS.API." + subject, body.encode(), timeout=5)
+            got.append(json.loads(msg.data).get("error"))
+        return got
+    finally:
+        await nc.close()
+
+
+async def test_bodies_the_reference_refuses_are_refused_in_its_words(
+        servers: list[Server]) -> None:
+    requests = [("STREAM.CREATE.T", '{"name":"T","subjects":["t.>"],"storage":"memory"}')]
+    requests += [("STREAM.CREATE.S", body) for body in STREAM_BODIES]
+    requests += [("STREAM.UPDATE.T", '{"name":"T","subjects":["t.>"],"max_msgs":"x"}'),
+                 ("STREAM.UPDATE.T", '{"name":"T","subjects":["t.>"],"foo":1}')]
+    requests += [("CONSUMER.CREATE.T", body) for body in CONSUMER_BODIES]
+    requests += OTHER
+    ours, theirs = [await answers(srv, requests) for srv in servers]
+    assert ours[0] is None and theirs[0] is None
+    for (subject, body), mine, reference in zip(requests[1:], ours[1:], theirs[1:],
+                                                strict=True):
+        assert reference is not None and reference["err_code"] == 10025, (subject, body)
+        assert mine == reference, (subject, body)
+
+
+async def test_nulls_and_field_names_in_any_case_are_taken_as_go_takes_them(
+        servers: list[Server]) -> None:
+    requests = [
+        ("STREAM.CREATE.N", '{"name":"N","subjects":null,"max_msgs":null,"metadata":null,'
+                            '"republish":null,"storage":"memory"}'),
+        ("STREAM.CREATE.M", '{"Name":"M","SUBJECTS":["m.>"],"Max_Msgs":5,"storage":"memory"}'),
+    ]
+    ours, theirs = [await answers(srv, requests) for srv in servers]
+    assert ours == theirs == [None, None]
+    for server in servers:
+        nc = await nats.connect(server.url)
+        try:
+            info = json.loads((await nc.request("$JS.API.STREAM.INFO.M", b"", timeout=5)).data)
+            assert info["config"]["max_msgs"] == 5 and info["config"]["subjects"] == ["m.>"]
+        finally:
+            await nc.close()
