@@ -35,6 +35,7 @@ from .stream import (
     same_config,
     stored_message,
 )
+from .timers import EarliestTimer
 
 if TYPE_CHECKING:
     from ..server.server import Server
@@ -59,7 +60,7 @@ class JetStream:
         self.errors = 0
         self.api_counts: dict[Account, list[int]] = {}  # account -> [total, errors]
         self._auditing: tuple[Any, bytes, bytes | None, bytes] | None = None
-        self._expiries: dict[Stream, Any] = {}  # stream -> its timer at the next expiry
+        self._expiries: dict[Stream, EarliestTimer] = {}  # each stream's timer at its next expiry
         self._to_pump: dict[Consumer, None] = {}  # consumers acked this turn (pumped at flush)
         self._open: dict[Stream, list[tuple[Account, bytes | None, dict[str, Any]]]] = {}
         self.subs: list[tuple[Account, Any]] = []
@@ -552,22 +553,9 @@ class JetStream:
                       config: dict[str, Any]) -> Consumer:
         """A consumer whose timers (its pull requests' expiry and heartbeats) run on the
         server's loop at the time they are due."""
-        timer: list[Any] = [None]
-        loop = self.server.loop
-
-        def wake(when: float) -> None:
-            handle = timer[0]
-            if handle is not None:
-                if handle.when() <= when:
-                    return
-                handle.cancel()
-            timer[0] = loop.call_at(when, fire)
-
-        def fire() -> None:
-            timer[0] = None
-            consumer.on_timer()
-
-        consumer = Consumer(stream, name, config, self._sender(account), account.listened, wake,
+        timer = EarliestTimer(self.server.loop, lambda: consumer.on_timer())
+        consumer = Consumer(stream, name, config, self._sender(account), account.listened,
+                            timer.at,
                             self._advisor(account))
         consumer.soon = self._pump_soon
         return consumer
@@ -766,16 +754,12 @@ class JetStream:
         if not due:
             return
         loop = self.server.loop
-        when = loop.time() + max(0.0, (due - time.time_ns()) / 1e9)
-        handle = self._expiries.get(stream)
-        if handle is not None and not handle.cancelled():
-            if handle.when() <= when:
-                return
-            handle.cancel()
-        self._expiries[stream] = loop.call_at(when, self._expired, stream)
+        timer = self._expiries.get(stream)
+        if timer is None:
+            timer = self._expiries[stream] = EarliestTimer(loop, lambda: self._expired(stream))
+        timer.at(loop.time() + max(0.0, (due - time.time_ns()) / 1e9))
 
     def _expired(self, stream: Stream) -> None:
-        self._expiries.pop(stream, None)
         if stream.expire():
             for consumer in list(stream.consumers.values()):
                 consumer.pump()

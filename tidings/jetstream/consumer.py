@@ -716,7 +716,10 @@ class Consumer:
                               no_wait, max(0, max_bytes), heartbeat / NS,
                               now + heartbeat / NS, priority_group=next_request.priority)
         self._enqueue(request)
-        self.pump()
+        # Served once this turn's requests are all queued (as the reference's consumer loop
+        # takes them after they arrive): a prioritized request that came in the same read
+        # goes first.
+        self.pump_soon()
         if request in self.waiting:
             self.wake(self.next_deadline())
         return None

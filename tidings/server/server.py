@@ -650,7 +650,10 @@ class Server:
         done first: a store's group commit, whose acknowledgements go in this flush)."""
         if self.before_flush:
             for hook in self.before_flush:
-                hook()
+                try:
+                    hook()
+                except Exception:  # a defect in a hook must not reach the client being read
+                    log.exception("before-flush hook %r failed", hook)
         dirty = self.dirty
         if not dirty:
             return
