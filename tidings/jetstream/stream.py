@@ -540,7 +540,7 @@ class Stream:
         subject = self.store.subject_of(seq)
         if marker_ttl and subject is not None and self.store.subjects.get(subject) == 1:
             msg = self.store.get(seq)
-            if msg is not None and b"Nats-Marker-Reason:" not in (msg.headers or b""):
+            if msg is not None and not _is_delete_marker(msg.headers):
                 from ..config.units import format_go_duration
 
                 marker = (f"NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\nNats-TTL: "
@@ -732,6 +732,15 @@ def stored_message(msg: StoredMsg) -> dict[str, Any]:
         out["data"] = base64.b64encode(msg.data).decode()
     out["time"] = go_time(msg.ts, utc=True)
     return out
+
+
+def _is_delete_marker(headers: bytes | None) -> bool:
+    """A subject delete marker, or a KV purge (which the reference counts as one): no
+    marker is put in its place when it expires."""
+    if not headers:
+        return False
+    fields = header_fields(headers)
+    return bool(fields.get("nats-marker-reason")) or fields.get("kv-operation") == "PURGE"
 
 
 def dumps(obj: Any) -> bytes:

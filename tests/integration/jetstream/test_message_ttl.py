@@ -124,6 +124,27 @@ async def test_an_expired_subject_leaves_a_delete_marker(nc: Client) -> None:
         await api(nc, "STREAM.DELETE.SDM")
 
 
+async def test_an_expiring_kv_purge_leaves_no_marker(nc: Client) -> None:
+    """A KV purge (`KV-Operation: PURGE`) counts as a delete marker: when its TTL ends the
+    subject is gone, with no marker in its place (nats.js' "get entry ttl markerTTL")."""
+    await api(nc, "STREAM.CREATE.KVP", {
+        "name": "KVP", "subjects": ["kvp.>"], "storage": "memory", "allow_msg_ttl": True,
+        "allow_rollup_hdrs": True, "subject_delete_marker_ttl": SECOND})
+    try:
+        await publish(nc, "kvp.a", b"value")
+        await publish(nc, "kvp.a", b"", headers={"KV-Operation": "PURGE", "Nats-Rollup": "sub",
+                                                 "Nats-TTL": "1s"})
+        assert await messages(nc, "KVP") == 1
+
+        async def empty() -> bool:
+            return await messages(nc, "KVP") == 0
+        await until(empty)
+        info = await api(nc, "STREAM.INFO.KVP")
+        assert info["state"]["last_seq"] == 2  # (no marker was stored after the purge)
+    finally:
+        await api(nc, "STREAM.DELETE.KVP")
+
+
 async def test_configuration_checks_are_the_references(nc: Client) -> None:
     cases = [
         ({"discard_new_per_subject": True, "max_msgs_per_subject": 1},
