@@ -254,9 +254,9 @@ class JetStream:
             return self._reply(account, reply, kind, error=errors.INVALID_JSON(
                 err="unexpected end of JSON input"))  # (its body is required)
         try:
-            body = godecode.loads(payload) if payload.strip() else {}
-        except ValueError as exc:
-            return self._reply(account, reply, kind, error=errors.INVALID_JSON(err=exc.msg))
+            body = godecode.loads_stream(payload) if payload.strip() else {}
+        except godecode.GoJsonError as exc:
+            return self._reply(account, reply, kind, error=errors.INVALID_JSON(err=str(exc)))
         streams = self.streams.setdefault(account, {})
         try:
             body = self._typed(tokens, body, payload)

@@ -266,6 +266,9 @@ def syntax_error(text: str, exc: json.JSONDecodeError) -> str:
     rest = text[pos:].lstrip(" \t\r\n") if exc.msg.startswith("Expecting") else text[pos:]
     if not rest or exc.msg.startswith("Unterminated"):
         return "unexpected end of JSON input"
+    literal = _literal_fault(rest) if exc.msg == "Expecting value" else None
+    if literal is not None:
+        return literal[1]
     char = _go_char(text[pos] if not exc.msg.startswith("Expecting") else rest[0])
     if exc.msg.startswith("Expecting property name"):
         where = "looking for beginning of object key string"
@@ -283,6 +286,22 @@ def syntax_error(text: str, exc: json.JSONDecodeError) -> str:
     return f"invalid character {char} {where}"
 
 
+_LITERALS = {"n": "null", "t": "true", "f": "false"}
+
+
+def _literal_fault(rest: str) -> tuple[int, str] | None:
+    """Where and how a value that starts as a literal (null, true, false) goes wrong, as
+    Go's scanner says it; None if it does not start as one."""
+    word = _LITERALS.get(rest[:1])
+    if word is None:
+        return None
+    for i, (got, want) in enumerate(zip(rest, word, strict=False)):
+        if got != want:
+            return i, (f"invalid character {_go_char(got)} in literal {word} "
+                       f"(expecting {_go_char(want)})")
+    return len(rest), "unexpected end of JSON input"
+
+
 def _innermost(text: str, pos: int) -> str:
     """The innermost bracket open at `pos` ("[" or "{")."""
     stack: list[str] = []
@@ -298,3 +317,39 @@ def _innermost(text: str, pos: int) -> str:
         elif c in "]}" and stack:
             stack.pop()
     return stack[-1] if stack else ""
+
+
+def loads_stream(payload: bytes) -> Any:
+    """A request body as a Go json.Decoder reads it into one struct: one JSON value after
+    another, each object's fields over the last ones'. GoJsonError with the Decoder's words
+    (`unexpected EOF` for a body cut short; a syntax error with its offset)."""
+    text = payload.decode("utf-8", "replace")
+    decoder = json.JSONDecoder(parse_float=Literal)
+    value: Any = None
+    pos, end = 0, len(text)
+    while True:
+        while pos < end and text[pos] in " \t\r\n":
+            pos += 1
+        if pos == end:
+            return value
+        try:
+            item, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            words = syntax_error(text, exc)
+            if words == "unexpected end of JSON input":
+                raise GoJsonError("unexpected EOF") from None
+            offset = len(text[:_error_at(text, exc) + 1].encode())
+            raise GoJsonError(f"{words} at offset {offset}") from None
+        value = {**value, **item} if isinstance(value, dict) and isinstance(item, dict) \
+            else item if value is None else value
+
+
+def _error_at(text: str, exc: json.JSONDecodeError) -> int:
+    """Where Go's scanner stops: the offending character (past the blanks Python's
+    "Expecting" errors point before)."""
+    pos = exc.pos
+    if exc.msg.startswith("Expecting"):
+        while pos < len(text) and text[pos] in " \t\r\n":
+            pos += 1
+    literal = _literal_fault(text[pos:]) if exc.msg == "Expecting value" else None
+    return pos + literal[0] if literal is not None else pos

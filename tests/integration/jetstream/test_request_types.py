@@ -79,6 +79,14 @@ OTHER = [
     ("CONSUMER.NAMES.T", '{"offset":true}'),
     ("CONSUMER.UNPIN.T.c", '{"group":5}'),
     ("CONSUMER.UNPIN.T.c", '[]'),
+    # bodies that are no JSON, as Go's json.Decoder reads them: cut short, a syntax error
+    # with its offset, a second value after the first
+    ("STREAM.CREATE.S", '{"name":'),
+    ("STREAM.CREATE.S", '{"name" "S"}'),
+    ("STREAM.CREATE.S", 'nope'),
+    ("STREAM.INFO.T", '{'),
+    ("STREAM.CREATE.S", '{"name":"S"} x'),
+    ("STREAM.NAMES", '[1,2'),
 ]
 
 
@@ -120,15 +128,16 @@ async def test_bodies_the_reference_refuses_are_refused_in_its_words(
         assert mine == reference, (subject, body)
 
 
-async def test_nulls_and_field_names_in_any_case_are_taken_as_go_takes_them(
+async def test_nulls_field_names_in_any_case_and_values_in_a_row_are_taken_as_go_takes_them(
         servers: list[Server]) -> None:
     requests = [
         ("STREAM.CREATE.N", '{"name":"N","subjects":null,"max_msgs":null,"metadata":null,'
                             '"republish":null,"storage":"memory"}'),
         ("STREAM.CREATE.M", '{"Name":"M","SUBJECTS":["m.>"],"Max_Msgs":5,"storage":"memory"}'),
     ]
+    requests.append(("STREAM.CREATE.D", '{"name":"D","storage":"memory"}{"subjects":["d.>"]}'))
     ours, theirs = [await answers(srv, requests) for srv in servers]
-    assert ours == theirs == [None, None]
+    assert ours == theirs == [None, None, None]
     for server in servers:
         nc = await nats.connect(server.url)
         try:
