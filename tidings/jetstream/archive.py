@@ -175,7 +175,10 @@ def _uvarint(data: bytes | bytearray, pos: int) -> tuple[int, int]:
 
 def s2_block(src: bytes) -> bytes:
     """An S2 (or Snappy) block decoded."""
-    size, s = _uvarint(src, 0)
+    try:
+        size, s = _uvarint(src, 0)
+    except FormatError:
+        raise FormatError(CORRUPT) from None
     if size < 0 or size > MAX_BLOCK:
         raise FormatError(CORRUPT)
     dst = bytearray()

@@ -49,7 +49,7 @@ from ..server.gojson import go_json, parse_go_time
 from . import archive, errors, limits
 from .consumer import new_id
 from .errors import ApiError
-from .filestore import PBIT, TBIT, block_size_for, encode
+from .filestore import PBIT, SEQ_MASK, TBIT, block_size_for, encode
 from .stream import ZERO_TIME, Stream, normalize
 
 if TYPE_CHECKING:
@@ -69,7 +69,9 @@ TURN_BYTES = 512 * 1024  # archive bytes a snapshot makes in one turn of the loo
 GAP_STEP = 256  # missing sequences a snapshot passes over between two looks at its budget
 TURN_STEPS = 1000
 GAP_BLOCK = 1024  # missing sequences that start a new block in a restored file stream
+RESTORED_BLOCK = 1024 * 1024  # its blocks' largest size (opening it reads each whole)
 MAX_DOCUMENT = 64 << 20  # the largest state or consumer entry a restore keeps
+MAX_SEQ = SEQ_MASK  # the file store's largest sequence
 
 
 def request(js: JetStream, account: Account, tokens: list[str], payload: bytes,
@@ -468,6 +470,8 @@ class Restore:
             return None
         if entry.seq <= self.last:
             raise RestoreFailed(f"message sequence {entry.seq} out of order")
+        if entry.seq > MAX_SEQ or entry.ts < 0:  # (what a store cannot hold, or say)
+            raise RestoreFailed(f"message sequence {entry.seq} out of range")
         self.last = entry.seq
         assert self.target is not None
         self.target.add(entry)
@@ -487,6 +491,8 @@ class Restore:
             first, last = int(state.get("first_seq") or 0), int(state.get("last_seq") or 0)
             self.expected = int(state.get("consumer_count") or 0)
             self.reserved = int(state.get("bytes") or 0)
+            if not 0 <= first <= MAX_SEQ or not 0 <= last <= MAX_SEQ:
+                raise ValueError("sequence out of range")
         except (ValueError, TypeError) as exc:
             raise RestoreFailed(f"error in state.json: {exc}") from None
         if self.name in self.js.streams.get(self.account, {}):
@@ -580,7 +586,7 @@ class Restore:
 def _add_consumer(js: JetStream, account: Account, stream: Stream, name: str,
                   doc: Any) -> None:
     """A consumer of the snapshot, where it was."""
-    from .consumer_config import check
+    from .consumer_config import check, check_on_stream
     from .consumer_config import normalize as normalize_consumer
 
     quoted = json.dumps(name)
@@ -598,6 +604,7 @@ def _add_consumer(js: JetStream, account: Account, stream: Stream, name: str,
     try:
         cfg = normalize_consumer(raw, stream=stream.config)
         check(cfg, stream.config)
+        check_on_stream(cfg, stream.config, [c.config for c in stream.consumers.values()])
         position = _position(state)
     except (ApiError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise RestoreFailed(f"failed to add consumer {quoted}: {exc}") from None
@@ -632,7 +639,8 @@ class _FileTarget:
     def __init__(self, folder: str, config: dict[str, Any], ends: tuple[int, int]) -> None:
         self.folder, self.config, self.ends = folder, config, ends
         os.makedirs(os.path.join(folder, "msgs"), exist_ok=True)
-        self.block_size = block_size_for(config["retention"], config["max_bytes"])
+        self.block_size = min(block_size_for(config["retention"], config["max_bytes"]),
+                              RESTORED_BLOCK)
         self.file: Any = None
         self.index = 0
         self.size = 0
