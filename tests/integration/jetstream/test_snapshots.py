@@ -554,3 +554,42 @@ async def restore_from_file(nc: Client, stream: str, answer: dict[str, Any],
             await nc.request(started["deliver_subject"], chunk, timeout=10)
     final = await nc.request(started["deliver_subject"], b"", timeout=60)
     return json.loads(final.data)  # type: ignore[no-any-return]
+
+
+async def test_a_snapshot_nobody_answers_ends_and_one_of_a_deleted_stream_fails(
+        server: Server, nc: Client) -> None:
+    """A chunk unanswered for 5 seconds ends the snapshot with `408 No Flow Response`; a
+    stream deleted while its snapshot goes ends it on tidings with `500 stream closed`
+    (the reference sends nothing more: its stream's queue went with the stream). A restore
+    that heard nothing for 5 seconds (it began before the snapshot's chunk went) is given
+    up: nobody takes its chunks any more."""
+    stalled = await api(nc, "STREAM.RESTORE.STALL", {"config": {"name": "STALL"}})
+    await api(nc, "STREAM.CREATE.SLOW", {"name": "SLOW", "subjects": ["slow"]})
+    await api(nc, "STREAM.CREATE.GONE", {"name": "GONE", "subjects": ["gone"]})
+    js = nc.jetstream()
+    for _ in range(40):
+        await js.publish("slow", os.urandom(1000))
+        await js.publish("gone", os.urandom(1000))
+    opts = {"chunk_size": 1024, "window_size": 1024}
+    _, slow = await snapshot(nc, "SLOW", ack=False, **opts)
+    _, gone = await snapshot(nc, "GONE", ack=False, **opts)
+    await gone.until(1)
+    await api(nc, "STREAM.DELETE.GONE")
+    await nc.publish(gone.unacked[0], b"")
+    if isinstance(server, TidingsServer):
+        failed = await asyncio.wait_for(gone.end, 30)
+        assert failed.headers == {"Status": "500", "Description": "stream closed"}
+    ended = await asyncio.wait_for(slow.end, 30)
+    assert len(slow.chunks) == 1
+    assert ended.headers == {"Status": "408", "Description": "No Flow Response"}
+    with pytest.raises(nats.errors.NoRespondersError):
+        await nc.request(stalled["deliver_subject"], b"", timeout=5)
+
+
+async def test_a_restore_chunk_without_a_reply_subject_ends_the_restore(nc: Client) -> None:
+    config = {"name": "NOREPLY", "subjects": ["noreply"]}
+    started = await api(nc, "STREAM.RESTORE.NOREPLY", {"config": config})
+    await nc.publish(started["deliver_subject"], crafted(state=STATE))
+    with pytest.raises(nats.errors.NoRespondersError):
+        await nc.request(started["deliver_subject"], b"", timeout=5)
+    assert (await api(nc, "STREAM.INFO.NOREPLY"))["error"]["err_code"] == 10059
