@@ -21,7 +21,8 @@ request (answered with an empty message), then an empty one, answered with the r
 stream's info (a `stream_create_response`) or the error. Each chunk is decoded as it comes:
 a file stream's messages are written to block files (filestore.py's layout) in the
 account's `__snapshots__` folder, moved into `streams/` and opened when the snapshot is
-whole; a memory stream's are stored as they come. A failure is told at the end, as the
+whole (in that turn: it reads the blocks as a restart does); a memory stream's are stored
+as they come. A failure is told at the end, as the
 reference tells it (the chunks after it are answered and dropped); a restore that hears
 nothing for 5 seconds is given up.
 """
@@ -68,7 +69,8 @@ STALLED = 5.0  # seconds a restore waits for its next chunk
 TURN_BYTES = 512 * 1024  # archive bytes a snapshot makes in one turn of the loop
 GAP_STEP = 256  # missing sequences a snapshot passes over between two looks at its budget
 TURN_STEPS = 1000
-GAP_BLOCK = 1024  # missing sequences that start a new block in a restored file stream
+GAP_BLOCK = 65536  # missing sequences that start a new block in a restored file stream
+# (fewer are index entries in the block, as in a store that removed them)
 RESTORED_BLOCK = 1024 * 1024  # its blocks' largest size (opening it reads each whole)
 MAX_DOCUMENT = 64 << 20  # the largest state or consumer entry a restore keeps
 MAX_SEQ = SEQ_MASK  # the file store's largest sequence

@@ -593,3 +593,30 @@ async def test_a_restore_chunk_without_a_reply_subject_ends_the_restore(nc: Clie
     with pytest.raises(nats.errors.NoRespondersError):
         await nc.request(started["deliver_subject"], b"", timeout=5)
     assert (await api(nc, "STREAM.INFO.NOREPLY"))["error"]["err_code"] == 10059
+
+
+@pytest.mark.parametrize("storage", ["file", "memory"])
+async def test_a_snapshot_with_wide_gaps_restores_its_sequences(
+        server: Server, nc: Client, storage: str) -> None:
+    """A snapshot made by hand: its first message at 5, the next 200000 later, its last
+    sequence beyond its last message (as a stream whose messages were removed). tidings
+    keeps the last time the state says; the reference takes its last message's."""
+    ts = 1_700_000_000 * 10**9
+    state = {"messages": 2, "bytes": 0, "first_seq": 5, "last_seq": 300_000,
+             "last_ts": "2023-11-14T22:13:21Z", "consumer_count": 0}
+    data = crafted(message(5, ts=ts), message(200_005, payload=b"far", ts=ts + 1),
+                   state=state)
+    name = f"GAP{storage.upper()}"
+    config = {"name": name, "subjects": [f"{name}.>"], "storage": storage}
+    done = await restore(nc, name, config, state, data)
+    assert timeless(done["state"]) == {
+        "messages": 2, "bytes": 2 * (30 + 3 + 2) + 1 if storage == "file" else 2 * 21 + 1,
+        "first_seq": 5, "last_seq": 300_000, "num_subjects": 1, "num_deleted": 299_994,
+        "consumer_count": 0}, done
+    if isinstance(server, TidingsServer):
+        assert done["state"]["last_ts"] == "2023-11-14T22:13:21Z"
+    far = await api(nc, f"STREAM.MSG.GET.{name}", {"seq": 200_005})
+    assert far["message"]["data"] == base64.b64encode(b"far").decode()
+    assert (await api(nc, f"STREAM.MSG.GET.{name}", {"seq": 6}))["error"]["err_code"] == 10037
+    ack = await nc.jetstream().publish(f"{name}.next", b"")
+    assert ack.seq == 300_001
