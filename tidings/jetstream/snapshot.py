@@ -96,16 +96,29 @@ def request(js: JetStream, account: Account, tokens: list[str], payload: bytes,
         js._reply(account, reply, kind, error=exc, **extra)
 
 
-def _body(js: JetStream, tokens: list[str], payload: bytes) -> Any:
-    """The request's body, decoded as the reference decodes it; BAD_REQUEST when empty
-    (nothing, or an empty object)."""
+def _body(payload: bytes) -> Any:
+    """The request's body, decoded as the reference decodes it (a syntax error in Go's
+    words, with its offset); BAD_REQUEST when empty (nothing, or an empty object)."""
     try:
         body = godecode.loads(payload) if payload.strip() else {}
-    except ValueError as exc:
-        raise errors.INVALID_JSON(err=exc.msg) from None  # type: ignore[attr-defined]
+    except json.JSONDecodeError as exc:
+        raise errors.INVALID_JSON(err=_go_syntax(exc)) from None
+    except ValueError as exc:  # (not UTF-8)
+        raise errors.INVALID_JSON(err=str(exc)) from None
     if body == {}:
         raise errors.BAD_REQUEST()
     return body
+
+
+def _go_syntax(exc: json.JSONDecodeError) -> str:
+    """Go's words for a syntax error and the offset the reference adds (the bytes read
+    up to the fault); its decoder's for a body cut short."""
+    words = godecode.syntax_error(exc.doc, exc)
+    if words == "unexpected end of JSON input":
+        return "unexpected EOF"
+    rest = exc.doc[exc.pos:]
+    skipped = len(rest) - len(rest.lstrip(" \t\r\n")) if exc.msg.startswith("Expecting") else 0
+    return f"{words} at offset {len(exc.doc[:exc.pos + skipped + 1].encode())}"
 
 
 # -- snapshot ----------------------------------------------------------------------------------
@@ -118,7 +131,7 @@ def _snapshot(js: JetStream, account: Account, tokens: list[str], name: str, pay
     stream = js.streams.get(account, {}).get(name)
     if stream is None:
         raise errors.STREAM_NOT_FOUND()
-    body = js._typed(tokens, _body(js, tokens, payload), payload)
+    body = js._typed(tokens, _body(payload), payload)
     opts = body if isinstance(body, dict) else {}
     deliver = opts.get("deliver_subject") or ""
     if not _publishable(deliver):
@@ -334,7 +347,7 @@ def _restore(js: JetStream, account: Account, tokens: list[str], name: str, payl
              reply: bytes) -> None:
     """The reference's order: an empty body, the body, the name, the configuration, the
     account's limits, a stream of that name."""
-    body = js._typed(tokens, _body(js, tokens, payload), payload)
+    body = js._typed(tokens, _body(payload), payload)
     raw = body.get("config") if isinstance(body, dict) else None
     raw = dict(raw) if isinstance(raw, dict) else {}
     if not raw.get("name"):

@@ -211,7 +211,14 @@ async def test_the_snapshot_answers_and_refusals(nc: Client) -> None:
         "no subject": await api(nc, "STREAM.SNAPSHOT.ANS", {"jsck": True}),
         "a string": await api(nc, "STREAM.SNAPSHOT.ANS", {"deliver_subject": 5}),
     }
-    codes = {k: (v["type"], v["error"]["err_code"]) for k, v in refusals.items()}
+    for body in (b"{x", b'{"deliver_subject": "a" ', b'{"deliver_subject" 1}'):
+        refusals[body.decode()] = await api(nc, "STREAM.SNAPSHOT.ANS", raw=body)
+    assert [refusals[k]["error"]["description"] for k in list(refusals)[-3:]] == [
+        "invalid JSON: invalid character 'x' looking for beginning of object key string"
+        " at offset 2", "invalid JSON: unexpected EOF",
+        "invalid JSON: invalid character '1' after object key at offset 20"]
+    codes = {k: (v["type"], v["error"]["err_code"]) for k, v in refusals.items()
+             if not k.startswith("{")}
     kind = "io.nats.jetstream.api.v1.stream_snapshot_response"
     assert codes == {"missing": (kind, 10059), "empty": (kind, 10003),
                      "empty object": (kind, 10003), "wildcard": (kind, 10015),
