@@ -246,6 +246,10 @@ class JetStream:
         kind = _type_of(tokens)
         if tokens[:2] == ["DIRECT", "GET"] and len(tokens) >= 3:
             return self._direct_get(account, tokens, payload, reply)
+        if tokens[:2] in (["STREAM", "SNAPSHOT"], ["STREAM", "RESTORE"]):
+            from . import snapshot  # (snapshot.py: answered with their own response types)
+
+            return snapshot.request(self, account, tokens, payload, reply)
         if not self.enabled_for(account):
             return self._reply(account, reply, kind, error=errors.NOT_ENABLED_FOR_ACCOUNT())
         if tokens[:3] == ["CONSUMER", "MSG", "NEXT"]:

@@ -20,6 +20,7 @@ from ..server.godecode import (
     Compression,
     Enum,
     List,
+    Map,
     Struct,
 )
 
@@ -85,6 +86,14 @@ CREATE_CONSUMER_REQUEST = Struct("server.CreateConsumerRequest", {
     "pedantic": BOOL,
 })
 
+STREAM_STATE = Struct("server.StreamState", {
+    "messages": U64, "bytes": U64, "first_seq": U64, "first_ts": TIME, "last_seq": U64,
+    "last_ts": TIME, "num_subjects": INT, "subjects": Map(U64), "num_deleted": INT,
+    "deleted": List(U64), "lost": Struct("server.LostStreamData",
+                                         {"msgs": List(U64), "bytes": U64}),
+    "consumer_count": INT,
+})
+
 
 # -- the API's requests, by operation (api.py's names) ---------------------------------------------
 
@@ -103,6 +112,11 @@ REQUESTS: dict[str, Struct] = {
         "seq": U64, "last_by_subj": STRING, "next_by_subj": STRING, "batch": INT,
         "max_bytes": INT, "start_time": TIME, "multi_last": STRINGS, "up_to_seq": U64,
         "up_to_time": TIME, "no_hdr": BOOL}),
+    "STREAM.SNAPSHOT": Struct("server.JSApiStreamSnapshotRequest", {
+        "deliver_subject": STRING, "no_consumers": BOOL, "chunk_size": INT,
+        "window_size": INT, "jsck": BOOL}),
+    "STREAM.RESTORE": Struct("server.JSApiStreamRestoreRequest", {
+        "config": Struct("server.StreamConfig", STREAM_CONFIG_FIELDS), "state": STREAM_STATE}),
     "CONSUMER.CREATE": CREATE_CONSUMER_REQUEST,
     "CONSUMER.DURABLE": CREATE_CONSUMER_REQUEST,
     "CONSUMER.NAMES": Struct("server.JSApiConsumersRequest", dict(_PAGED)),
