@@ -19,12 +19,13 @@ from ..config.accounts import JetStreamLimits
 from ..server import godecode
 from ..server.accounts import Account, publish_internal, subscribe_internal
 from ..server.connection import msg_frame
-from . import errors, limits, schemas
+from . import errors, limits, schemas, sourcing
 from .consumer import Consumer, ephemeral_name
 from .consumer_config import check as check_consumer
 from .consumer_config import check_change, check_on_stream, valid_group_name
 from .consumer_config import normalize as normalize_consumer
 from .errors import ApiError
+from .sourcing import Copier
 from .stream import (
     API_LEVEL,
     Stream,
@@ -63,6 +64,7 @@ class JetStream:
         self._expiries: dict[Stream, EarliestTimer] = {}  # each stream's timer at its next expiry
         self._to_pump: dict[Consumer, None] = {}  # consumers acked this turn (pumped at flush)
         self._open: dict[Stream, list[tuple[Account, bytes | None, dict[str, Any]]]] = {}
+        self.copier = Copier(self._store_copy, self._soon)  # mirrors and sources
         self.subs: list[tuple[Account, Any]] = []
         self._timer: Any = None
         self.config = server.options.jetstream.resolved  # type: ignore[union-attr]
@@ -293,7 +295,7 @@ class JetStream:
         if op in ("STREAM.NAMES", "STREAM.LIST"):
             wanted = body.get("subject") if isinstance(body, dict) else None
             names = sorted(n for n, st in streams.items()
-                           if not wanted or _overlap(st.config["subjects"], [str(wanted)]))
+                           if not wanted or _overlap(st.config.get("subjects", []), [str(wanted)]))
         if op == "STREAM.NAMES":
             offset, page = _page(body, names, NAMES_LIMIT)
             return self._reply(account, reply, kind, total=len(names), offset=offset,
@@ -350,6 +352,8 @@ class JetStream:
     def _create(self, account: Account, streams: dict[str, Stream], name: str, body: Any,
                 reply: bytes, kind: str, update: bool) -> None:
         config = normalize(body, name)
+        sourcing.check(config, lambda other: streams[other].config if other in streams
+                       else None)
         if not update and config.get("sealed"):
             raise errors.STREAM_INVALID_CONFIG(
                 err="stream configuration for create can not be sealed")
@@ -380,7 +384,7 @@ class JetStream:
         if update:
             raise errors.STREAM_NOT_FOUND()
         for other in streams.values():
-            if _overlap(other.config["subjects"], config["subjects"]):
+            if _overlap(other.config.get("subjects", []), config.get("subjects", [])):
                 raise errors.STREAM_SUBJECT_OVERLAP()
         stream = streams[name] = Stream(config, self._stream_dir(account, name),
                                         self.config.sync_always)
@@ -396,6 +400,9 @@ class JetStream:
         info = stream.info()
         if leader:
             info["cluster"] = {"leader": self.server.name}
+            for key in ("mirror", "sources"):  # (after the cluster, as the reference's)
+                if key in info:
+                    info[key] = info.pop(key)
         info["ts"] = go_time(time.time_ns(), utc=True)
         return info
 
@@ -711,10 +718,14 @@ class JetStream:
         stream.domain = self.config.domain
         stream.republished = lambda subject, headers, data: publish_internal(
             server, account, subject.encode(), data, headers)
-        for subject in stream.config["subjects"]:
+        for subject in stream.config.get("subjects", []):
             stream.subs.append(subscribe_internal(
                 self.server.accounts, account, subject.encode(),
                 lambda *a, s=stream: self._capture(account, s, *a)))
+        stream.stored = lambda origin, msg: self.copier.stored(account, origin, msg)
+        streams = self.streams.get(account, {})
+        self.copier.attach(account, stream, streams)
+        self.copier.origin_added(account, stream)
 
     def _unsubscribe(self, account: Account, stream: Stream) -> None:
         from ..server.accounts import unsubscribe_internal
@@ -722,15 +733,49 @@ class JetStream:
         for sub in stream.subs:
             unsubscribe_internal(self.server.accounts, account, sub)
         stream.subs.clear()
+        stream.stored = None
+        self.copier.detach(account, stream)
+        self.copier.origin_removed(account, stream)
+
+    def _batch(self, stream: Stream) -> list[Any] | None:
+        """The group commit a file stream's stores this turn go into (begun with the first);
+        None for a memory stream."""
+        if not stream.directory:
+            return None
+        batch = self._open.get(stream)
+        if batch is None:
+            stream.store.begin()
+            batch = self._open[stream] = []
+        return batch
+
+    def _store_copy(self, stream: Stream, subject: str, headers: bytes | None, data: bytes,
+                    how: dict[str, Any]) -> None:
+        """A message another stream's link copies into `stream` (sourcing.py), stored as a
+        publish is, without an acknowledgement."""
+        account = next(a for a, mine in self.streams.items() if mine.get(stream.name) is stream)
+        batch = self._batch(stream)
+        limits.check_publish(self.limits(account), self.streams[account].values(),
+                             stream.config["storage"], len(subject) + len(headers or b"") + len(data))
+        stream.publish(subject, headers, data, **how)
+        if stream.ttls or stream.config["max_age"]:
+            self._arm_expiry(stream)
+        if batch is None:
+            for consumer in list(stream.consumers.values()):
+                consumer.pump()
+
+    def _soon(self, work: Any) -> None:
+        """`work` on a later turn of the loop, what it stored flushed after it."""
+        server = self.server
+
+        def run() -> None:
+            work()
+            if server.reader is None:
+                server.flush()
+        server.loop.call_soon(run)
 
     def _capture(self, account: Account, stream: Stream, subject: bytes, reply: bytes | None,
                  headers: bytes | None, payload: bytes) -> None:
-        batch = None
-        if stream.directory:  # a file stream: written, then acknowledged, at this flush
-            batch = self._open.get(stream)
-            if batch is None:
-                stream.store.begin()
-                batch = self._open[stream] = []
+        batch = self._batch(stream)  # a file stream: written, then acknowledged, at flush
         try:
             limits.check_publish(self.limits(account), self.streams[account].values(),
                                  stream.config["storage"],

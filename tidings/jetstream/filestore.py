@@ -71,6 +71,7 @@ MIN_BLOCK = 32 * 1000  # FileStoreMinBlkSize
 READ_AHEAD = 64 * 1024
 MAX_OPEN_FILES = 16
 COMPACT_MIN = 64 * 1024  # dead bytes a block must have before it is rewritten
+GAP_ENTRIES = 65536  # skipped sequences kept as index entries; a wider gap starts a block
 
 
 def block_size_for(retention: str = "limits", max_bytes: int = -1) -> int:
@@ -216,6 +217,7 @@ class FileStore(StoreLimits):
         self._buf_mark = 0  # entries _buf_blk had when its buffer began
         self._buf_last = (0, 0)  # last_seq, last_ts when it began
         self._failed: tuple[OSError, list[int]] | None = None
+        self._gap_block = False  # skip_to: the next message starts a block of its own
         self._recover()
         if not self._blocks and first_seq > 1:
             self._start_block(first_seq, encode(PBIT | (first_seq - 1), 0, b"", None, b""))
@@ -230,7 +232,8 @@ class FileStore(StoreLimits):
         msg = StoredMsg(subject, seq, headers, data, ts if ts is not None else time.time_ns())
         rec = encode(seq, msg.ts, subject.encode(), headers, data)
         blk = self._blocks[-1] if self._blocks else None
-        if blk is None or (blk.end and blk.end + len(rec) > self.block_size):
+        if blk is None or self._gap_block or (blk.end and blk.end + len(rec) > self.block_size):
+            self._gap_block = False
             self._flush()
             blk, off = self._start_block(seq, rec), 0
             if len(self._blocks) > 1 and not self._blocks[-2].live:
@@ -251,6 +254,28 @@ class FileStore(StoreLimits):
         if self._count == 1:
             self.first_seq = seq
         return msg
+
+    def skip_to(self, seq: int) -> None:
+        """The next message stored gets sequence `seq`; those between are never stored (a
+        mirror keeps its origin's sequences, gaps included). An empty store marks where it
+        starts as a purge does; else the gap is index entries of the last block (a record's
+        sequence past the next one is read back as such a gap), or a new block if it is wide."""
+        if seq <= self.last_seq + 1:
+            return
+        if not self._count:
+            self.last_seq = seq - 1
+            self.purge()
+            return
+        blk = self._blocks[-1]
+        if seq - blk.next_seq > GAP_ENTRIES:
+            self._gap_block = True
+        else:
+            while blk.next_seq < seq:
+                blk.offs.append(-1)
+                blk.lens.append(0)
+                blk.sids.append(0)
+                blk.tss.append(0)
+        self.last_seq = seq - 1
 
     def remove(self, seq: int) -> bool:
         found = self._locate(seq)

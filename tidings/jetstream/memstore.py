@@ -132,6 +132,14 @@ class MemoryStore(StoreLimits):
             self.first_seq = seq
         return msg
 
+    def skip_to(self, seq: int) -> None:
+        """The next message stored gets sequence `seq`; those between are never stored (a
+        mirror keeps its origin's sequences, gaps included)."""
+        if seq > self.last_seq + 1:
+            self.last_seq = seq - 1
+            if not self.msgs:
+                self.first_seq = seq
+
     def remove(self, seq: int) -> bool:
         msg = self.msgs.pop(seq, None)
         if msg is None:

@@ -50,7 +50,7 @@ from ..server.gojson import go_json, parse_go_time
 from . import archive, errors, limits
 from .consumer import new_id
 from .errors import ApiError
-from .filestore import PBIT, SEQ_MASK, TBIT, block_size_for, encode
+from .filestore import GAP_ENTRIES, PBIT, SEQ_MASK, TBIT, block_size_for, encode
 from .stream import ZERO_TIME, Stream, normalize
 
 if TYPE_CHECKING:
@@ -69,8 +69,6 @@ STALLED = 5.0  # seconds a restore waits for its next chunk
 TURN_BYTES = 512 * 1024  # archive bytes a snapshot makes in one turn of the loop
 GAP_STEP = 256  # missing sequences a snapshot passes over between two looks at its budget
 TURN_STEPS = 1000
-GAP_BLOCK = 65536  # missing sequences that start a new block in a restored file stream
-# (fewer are index entries in the block, as in a store that removed them)
 RESTORED_BLOCK = 1024 * 1024  # its blocks' largest size (opening it reads each whole)
 MAX_DOCUMENT = 64 << 20  # the largest state or consumer entry a restore keeps
 MAX_SEQ = SEQ_MASK  # the file store's largest sequence
@@ -659,7 +657,7 @@ class _FileTarget:
 
     def _write(self, seq: int, rec: bytes) -> None:
         if self.file is None or (self.size and self.size + len(rec) > self.block_size) \
-                or seq - self.last > GAP_BLOCK:
+                or seq - self.last > GAP_ENTRIES:
             self._next_block()
         self.file.write(rec)
         self.size += len(rec)

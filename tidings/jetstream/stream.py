@@ -13,6 +13,7 @@ import os
 import shutil
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from ..config.jetstream import API_LEVEL
@@ -47,7 +48,7 @@ _KNOWN = {name for name, _ in _FIELDS}
 _CHOICES = {"retention": ("limits", "interest", "workqueue"), "discard": ("old", "new"),
             "storage": ("file", "memory"), "compression": ("none", "s2")}
 # Fields tidings does not build yet: a stream asking for them is refused by name.
-NOT_BUILT = ("placement", "mirror", "sources", "allow_msg_counter", "allow_atomic",
+NOT_BUILT = ("placement", "allow_msg_counter", "allow_atomic",
              "allow_msg_schedules", "allow_batched", "persist_mode")
 MAX_DESCRIPTION = 4 * 1024
 MS100 = NS // 10
@@ -78,11 +79,15 @@ def normalize(raw: dict[str, Any], name: str) -> dict[str, Any]:
     for field, choices in _CHOICES.items():
         if cfg[field] not in choices:
             raise errors.STREAM_INVALID_CONFIG(err=f"invalid {field} {cfg[field]!r}")
-    subjects = cfg.get("subjects") or [name]
+    copies = bool(cfg.get("mirror") or cfg.get("sources"))  # (sourcing.py)
+    subjects = cfg.get("subjects") or ([] if copies else [name])
     if not isinstance(subjects, list) or not all(
             isinstance(s, str) and is_valid_subject(s) for s in subjects):
         raise errors.STREAM_INVALID_CONFIG(err="invalid subject")
-    cfg["subjects"] = subjects
+    if subjects:
+        cfg["subjects"] = subjects
+    else:  # (a stream that only copies others: no subjects of its own)
+        cfg.pop("subjects", None)
     if cfg["num_replicas"] in (0, None):
         cfg["num_replicas"] = 1
     if cfg["num_replicas"] > 1:
@@ -115,15 +120,18 @@ def _check_limits(cfg: dict[str, Any], given_window: bool) -> None:
     if max_age and max_age < MS100:
         raise _invalid("max age needs to be >= 100ms")
     window = cfg.get("duplicate_window") or 0
-    if not window:
+    if not window and not (cfg.get("mirror") or cfg.get("sources")):
         window = min(DEFAULT_DUPLICATE_WINDOW, max_age) if max_age else DEFAULT_DUPLICATE_WINDOW
     if window < 0:
         raise _invalid("duplicates window can not be negative")
     if given_window and max_age and window > max_age:
         raise _invalid("duplicates window can not be larger then max age")
-    if window < MS100:
+    if 0 < window < MS100:
         raise _invalid("duplicates window needs to be >= 100ms")
-    cfg["duplicate_window"] = window
+    if window:
+        cfg["duplicate_window"] = window
+    else:
+        cfg.pop("duplicate_window", None)
     if cfg.get("deny_purge") and cfg.get("allow_rollup_hdrs"):
         raise _invalid("roll-ups require the purge permission")
     if cfg.get("discard_new_per_subject"):
@@ -142,7 +150,7 @@ def _check_limits(cfg: dict[str, Any], given_window: bool) -> None:
             cfg["allow_rollup_hdrs"], cfg["deny_purge"] = True, False
 
 
-def _transform(src: str, dest: str) -> Any:
+def transform_for(src: str, dest: str) -> Any:
     """A stream's transform (None when the reference would not make it: the destination
     names the source's `*` by position, never bare, and has a `>` when the source has)."""
     from ..protocol.transform import Transform, TransformError
@@ -166,15 +174,15 @@ def _check_transforms(cfg: dict[str, Any]) -> None:
         src, dest = str(transform.get("src") or ""), str(transform.get("dest") or "")
         if src and not is_valid_subject(src):
             raise errors.STREAM_TRANSFORM_INVALID_SOURCE(err=f"invalid subject {src}")
-        if _transform(src or ">", dest) is None:
+        if transform_for(src or ">", dest) is None:
             raise errors.STREAM_TRANSFORM_INVALID_DESTINATION(err="invalid mapping destination")
     republish = cfg.get("republish")
     if republish:
         republish = cfg["republish"] = {**republish, "src": republish.get("src") or ">"}
         dest = str(republish.get("dest") or "")
-        if any(subjects_collide(dest, subject) for subject in cfg["subjects"]):
+        if any(subjects_collide(dest, subject) for subject in cfg.get("subjects", [])):
             raise _invalid("stream configuration for republish destination forms a cycle")
-        if _transform(republish["src"], dest) is None:
+        if transform_for(republish["src"], dest) is None:
             raise _invalid(f"stream configuration for republish with transform from "
                            f"'{republish['src']}' to '{dest}' not valid")
 
@@ -276,6 +284,10 @@ class Stream:
         self.consumers: dict[str, Any] = {}  # name -> consumer.Consumer
         self.store.on_remove = self._removed
         self.domain = ""  # JetStream's domain, in PubAcks
+        # Told of each message it stores (the streams that copy it: sourcing.py), and the
+        # links by which it copies others (its mirror or sources), for its info.
+        self.stored: Callable[[Stream, StoredMsg], None] | None = None
+        self.links: list[Any] = []
         # Where a stored message is published again (republish), by the caller.
         self.republished: Any = None  # (subject, headers, data) -> None
         self.ttls: list[tuple[int, int]] = []  # heap of (expiry ns, seq): Nats-TTL's
@@ -385,19 +397,22 @@ class Stream:
         """(A new configuration: its transforms made once.)"""
         self._config = config
         given = config.get("subject_transform") or {}
-        self._input = _transform(given.get("src") or ">", given["dest"]) \
+        self._input = transform_for(given.get("src") or ">", given["dest"]) \
             if given.get("dest") else None
         again = config.get("republish") or {}
-        self._republish = _transform(again.get("src") or ">", again.get("dest") or ">") \
+        self._republish = transform_for(again.get("src") or ">", again.get("dest") or ">") \
             if again else None
 
-    def publish(self, subject: str, headers: bytes | None, data: bytes) -> dict[str, Any]:
-        """Store a captured message; the PubAck's body (errors.ApiError when refused)."""
+    def publish(self, subject: str, headers: bytes | None, data: bytes, *,
+                ts: int | None = None, at_seq: int = 0) -> dict[str, Any]:
+        """Store a captured message; the PubAck's body (errors.ApiError when refused).
+        A mirror's copy (sourcing.py) comes with its origin's time and sequence (`at_seq`):
+        stored as it is, its publish headers not judged again."""
         cfg = self.config
         if self._input is not None:
             subject = _mapped(self._input, subject)
         fields = header_fields(headers) if headers else {}
-        msg_id = fields.get("nats-msg-id")
+        msg_id = fields.get("nats-msg-id") if not at_seq else None
         if msg_id:
             self._expire_ids()
             seen = self.msg_ids.get(msg_id)
@@ -411,7 +426,9 @@ class Stream:
             raise errors.STREAM_MESSAGE_EXCEEDS_MAXIMUM()
         rollup = None
         ttl = 0
-        if fields:
+        if fields and at_seq:
+            ttl = self._copied_ttl(fields)
+        elif fields:
             ttl, headers = self._ttl(fields, headers)
             self._check_expected(subject, fields)
             rollup = fields.get("nats-rollup")
@@ -428,7 +445,9 @@ class Stream:
             previous = store.last_for(subject)
             last_on_subject = previous.seq if previous is not None else 0
         try:
-            msg = store.store(subject, headers, data)
+            if at_seq:
+                store.skip_to(at_seq)
+            msg = store.store(subject, headers, data, ts)
         except OSError as exc:  # (a full disk: nothing was stored)
             raise errors.STREAM_STORE_FAILED(err=str(exc)) from None
         for consumer in self.consumers.values():
@@ -452,6 +471,8 @@ class Stream:
         except OSError as exc:
             log.warning("JetStream: stream %s: message %d stored, not all removals: %s",
                         self.name, msg.seq, exc)
+        if self.stored is not None:
+            self.stored(self, msg)
         return {"stream": self.name, "seq": msg.seq, **self._domain()}
 
     def _domain(self) -> dict[str, str]:
@@ -493,6 +514,16 @@ class Stream:
             ttl = marker_ttl
             headers = replace_header(headers or b"", "Nats-TTL", str(ttl))
         return ttl, headers
+
+    def _copied_ttl(self, fields: dict[str, str]) -> int:
+        """A mirrored message's TTL, kept where the mirror allows TTLs (0 where not, or
+        where it cannot be read)."""
+        if not self.config.get("allow_msg_ttl") or "nats-ttl" not in fields:
+            return 0
+        try:
+            return message_ttl(fields["nats-ttl"])
+        except errors.ApiError:
+            return 0
 
     # -- expiry -------------------------------------------------------------------------------
     def expire(self, now: int | None = None) -> bool:
@@ -661,7 +692,7 @@ class Stream:
                 raise errors.STREAM_WRONG_LAST_MSG_ID(id=newest)
 
     def _expire_ids(self) -> None:
-        cutoff = time.time_ns() - self.config["duplicate_window"]
+        cutoff = time.time_ns() - self.config.get("duplicate_window", 0)
         ids = self.msg_ids
         while ids:
             first = next(iter(ids))
@@ -712,6 +743,11 @@ class Stream:
             out["config"] = self.config
         out["created"] = go_time(self.created, utc=True)
         out["state"] = self.state()
+        if self.config.get("mirror"):
+            out["mirror"] = self.links[0].info() if self.links else \
+                {"name": self.config["mirror"].get("name"), "lag": 0, "active": -1}
+        elif self.links:
+            out["sources"] = [link.info() for link in self.links]
         return out
 
 
