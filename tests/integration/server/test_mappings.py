@@ -315,6 +315,26 @@ def test_a_message_is_mapped_where_a_client_published_it() -> None:
     assert got["tidings"] == got["reference"] == ([b"b", b"c", b"end"], [b"b", b"c"])
 
 
+SCOPED = """
+mappings {
+  geo: [{destination: geo.eu, weight: 100, cluster: eu}, {destination: geo.any, weight: 100}]
+  x: [{destination: x.us, weight: 100%, cluster: us}]
+}
+"""
+
+
+def test_cluster_scoped_destinations_replace_the_others_in_their_cluster() -> None:
+    got = {}
+    for kind in KINDS:
+        server = start_configured(kind, SCOPED, streaming=False, cluster=True,
+                                  cluster_name="eu")
+        try:
+            got[kind] = seen(server.port, pubs("geo", "x"))
+        finally:
+            server.stop()
+    assert got["tidings"] == got["reference"] == [b"geo.eu", b"x"]
+
+
 SERVICE = """
 accounts {
   A: {
