@@ -118,6 +118,10 @@ def auth_user(opts: dict[str, Any]) -> str:
 # clients', and max_control_line bounds the clients).
 INTERNAL_CONTROL_LINE = 64 * 1024
 
+# The interest cache the compiled PUB scanner reads for a client whose publishes are mapped:
+# empty, so that it skips none (it only reads it).
+_NEVER_UNROUTED: dict[bytes, Any] = {}
+
 # The first server PING after CONNECT.
 FIRST_PING_INTERVAL = 2.0
 
@@ -321,15 +325,19 @@ class ClientConnection(Connection):
         """The path the parser hands our PUBs to: through our account's subject mappings
         if it has some, else through our publish permissions if they limit us, else
         straight to routing. The parser's compiled path skips publishes nobody listens to
-        (on the subject as published): a client whose publishes are mapped or checked
-        must have each one seen."""
+        (on the subject as published): a client whose publishes are checked must have each
+        one seen; one whose publishes are mapped keeps the compiled path with an interest
+        cache that never says "nobody" (the mapped subject may have listeners)."""
+        parser = self.parser
         if self.account.mappings is not None:
-            self.parser.route_pubs_to(self._mapped_pub, skip_unrouted=False)
+            parser.watch_interest((_NEVER_UNROUTED, EMPTY_RESULT))
+            parser.route_pubs_to(self._mapped_pub, skip_unrouted=self.skips_unrouted)
             return
+        parser.watch_interest((self.account.sublist.cache, EMPTY_RESULT))
         rights = self.rights
         checked = rights is not None and rights.limits_publish
-        self.parser.route_pubs_to(self._checked_pub if checked else self.on_pub,
-                                  skip_unrouted=self.skips_unrouted and not checked)
+        parser.route_pubs_to(self._checked_pub if checked else self.on_pub,
+                             skip_unrouted=self.skips_unrouted and not checked)
 
     def _limit(self, login: Login) -> None:
         """The login's own limits: subscriptions, payload, and when it expires."""
