@@ -309,10 +309,9 @@ class ClientConnection(Connection):
         self.login = login
         if login.account is not self.account and login.account is not None:
             self.server.move_to_account(self, login.account)
-            self.parser.watch_interest((self.account.sublist.cache, EMPTY_RESULT))
         self._limit(login)
         rights = self.rights = login.rights
-        self.bind_publishing()
+        self.bind_publishing()  # (with its account's interest cache)
         responses = rights.responses if rights is not None else None
         had = self.replies is not None
         if responses is None:

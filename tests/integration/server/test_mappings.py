@@ -218,6 +218,19 @@ def test_publish_permissions_are_checked_on_the_mapped_subject() -> None:
         b"", [b"bar"], b"-ERR 'Permissions Violation for Publish to \"bar\"'\r\n", []]
 
 
+def test_no_responders_names_the_mapped_subject() -> None:
+    def play(server: Server) -> bytes:
+        with RawConn(server.port) as requester:
+            requester.connect(b'CONNECT {"verbose":false,"pedantic":false,"headers":true,'
+                              b'"no_responders":true}\r\n')
+            requester.send(b"SUB _INBOX.> 1\r\nPUB foo _INBOX.1 0\r\n\r\n")
+            return requester.barrier()
+
+    got = both(PERMISSIONS.replace("authorization", "no_auth_user: s\nauthorization"), play)
+    assert got["tidings"] == got["reference"] == (
+        b"HMSG _INBOX.1 1 35 35\r\nNATS/1.0 503\r\nNats-Subject: bar\r\n\r\n\r\n")
+
+
 def _reload(server: Server, old: str, new: str) -> None:
     path = Path(server.config_path)
     path.write_text(path.read_text().replace(old, new))
