@@ -28,10 +28,16 @@ takes any string there; an invalid one authorizes no import). Where the referenc
 Go type assertion (a string where a boolean is expected, ...), tidings says what it
 expected instead of Go's panic text.
 
-Keys the reference takes and tidings does not build yet are refused by name: `mappings`
-(`maps`), `msg_trace` (`trace_dest`) in an account, `account_token_position` in an export,
-and `jetstream` limits in an account (on and off are taken: `enabled`, `disabled`), which are
-ignored.
+An account's `mappings` (`maps`), and the top-level ones of the global account
+(config/server.py), are read by `parse_mappings` with the reference's checks and words
+(opts.go's parseAccountMappings, accounts.go's AddWeightedMappings, the destination's
+transform: protocol/transform.py), in file order, the first error refusing the file. One
+difference: an empty destination (`a: ""`, or a weighted entry without one) is refused,
+where the reference takes it and then fails on the first message mapped to it.
+
+Keys the reference takes and tidings does not build yet are refused by name: `msg_trace`
+(`trace_dest`) in an account, `account_token_position` in an export, and `jetstream` limits
+in an account (on and off are taken: `enabled`, `disabled`), which are ignored.
 """
 
 from __future__ import annotations
@@ -162,6 +168,25 @@ _JS_LIMIT_KEYS = {
 _JS_REQUIRED_KEYS = ("max_bytes_required", "max_stream_bytes", "max_bytes")
 
 
+@dataclass(frozen=True)
+class MapDest:
+    """One destination of a subject mapping: the subject (a transform of the source), the
+    percentage of messages it takes, and the cluster it is for ("": any)."""
+
+    subject: str
+    weight: int = 100
+    cluster: str = ""
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """A subject mapping: what a client publishes to `source` goes to one of the
+    destinations, by weight (what they leave of 100% keeps its subject)."""
+
+    source: str
+    destinations: tuple[MapDest, ...]
+
+
 @dataclass
 class AccountConfig:
     name: str
@@ -172,6 +197,7 @@ class AccountConfig:
     default_permissions: Permissions | None = None
     jetstream: bool = False  # `jetstream: enabled`, or a map of limits
     jetstream_limits: JetStreamLimits = field(default_factory=lambda: JetStreamLimits())
+    mappings: tuple[Mapping, ...] = ()
 
 
 # -- errors --------------------------------------------------------------------------------
@@ -316,7 +342,7 @@ def _account(block: Section, name: str, value: Any, changes: dict[str, Any],
         elif lower == "limits":
             account.limits = _limits(value, key, item)
         elif lower in ("mappings", "maps"):
-            raise _not_yet(value, key, "subject mappings in an account are")
+            account.mappings = parse_mappings(value, key, item)
         elif lower in ("msg_trace", "trace_dest"):
             raise _not_yet(value, key, "an account's message trace destination is")
         else:
@@ -398,6 +424,99 @@ def _limits(block: Section, key: str, value: Any) -> AccountLimits:
         else:
             _unknown(value, k, f"Unknown field {_q(k)} parsing account limits")
     return AccountLimits(**fields)
+
+
+# -- subject mappings ----------------------------------------------------------------------
+def parse_mappings(block: Section, key: str, value: Any) -> tuple[Mapping, ...]:
+    """`mappings { source: destination, ... }` (the key `key` of `block`): each destination
+    a subject, a map `{destination, weight, cluster}` or a list of them; checked as the
+    reference checks them."""
+    if not isinstance(value, dict):
+        raise _at(block.where(key), f'"{key}": expected a map of subject mappings, got '
+                  f"{_go_type(value)}")
+    mappings: list[Mapping] = []
+    for source, entry in value.items():
+        if source in value.variables:
+            continue
+        if not is_valid_subject(source):
+            raise _at(block.where(key), f"Subject {_q(source)} is not a valid subject")
+        where = value.where(source)
+        if isinstance(entry, str):
+            dests: tuple[MapDest, ...] = (MapDest(entry),)
+            fail = f"Error adding mapping for {_q(source)} to {_q(entry)} : "
+        else:
+            if isinstance(entry, list):
+                dests = tuple(_map_dest(entry[i], _item(entry, i)) for i in range(len(entry)))
+            else:
+                dests = (_map_dest(entry, where),)
+            fail = f"Error adding mapping for {_q(source)} : "
+        error = _mapping_error(source, dests)
+        if error:
+            raise _at(where, fail + error)
+        mappings.append(Mapping(source, dests))
+    return tuple(mappings)
+
+
+def _map_dest(entry: Any, where: str) -> MapDest:
+    """One `{destination, weight, cluster}` of a mapping (the reference's
+    parseAccountMapDest), whose value is placed at `where`."""
+    if not isinstance(entry, dict):
+        raise _at(where, "Expected an entry for the mapping destination")
+    subject, weight, cluster = "", None, ""
+    for k, lower, item in _entries(entry):
+        if lower in ("dest", "destination"):
+            subject = _string(entry, k, item)
+        elif lower == "weight":
+            weight = _weight(entry, k, item)
+        elif lower == "cluster":
+            cluster = _string(entry, k, item)
+        elif k not in entry.variables:
+            raise _at(entry.where(k), f"Unknown field {_q(k)} for mapping destination")
+    if weight is None:
+        raise _at(where, f"Missing weight for mapping destination {_q(subject)}")
+    return MapDest(subject, weight, cluster)
+
+
+def _weight(entry: Section, key: str, value: Any) -> int:
+    """A destination's weight: a percentage (`40%`, "40") or a number, 0 to 100."""
+    if isinstance(value, str):
+        text = value.removesuffix("%")
+        if not re.fullmatch(r"[+-]?[0-9]+", text):
+            raise _at(entry.where(key), f"Invalid weight {_q(text)} for mapping destination")
+        weight = int(text)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        weight = value
+    else:
+        shown = _go_value(int(value) if isinstance(value, float) and value.is_integer()
+                          else value)
+        raise _at(entry.where(key), f"Unknown entry type for weight of {shown}")
+    if not 0 <= weight <= 100:
+        raise _at(entry.where(key), f"Invalid weight {weight} for mapping destination")
+    return weight
+
+
+def _mapping_error(source: str, dests: tuple[MapDest, ...]) -> str:
+    """Why the reference's AddWeightedMappings refuses these destinations of `source`, or
+    ""."""
+    from ..protocol.transform import TransformError, validate_mapping
+
+    seen: set[str] = set()
+    totals: dict[str, int] = {}
+    for dest in dests:
+        if dest.subject in seen:
+            return f"duplicate entry for {_q(dest.subject)}"
+        seen.add(dest.subject)
+        totals[dest.cluster] = totals.get(dest.cluster, 0) + dest.weight
+        if totals[dest.cluster] > 100:
+            return "total weight needs to be <= 100"
+        if not dest.subject:
+            return ("an empty destination is not supported by tidings (the reference takes "
+                    "it, then fails on the first message mapped to it)")
+        try:
+            validate_mapping(source, dest.subject)
+        except TransformError as exc:
+            return str(exc)
+    return ""
 
 
 # -- exports -------------------------------------------------------------------------------

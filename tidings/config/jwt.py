@@ -11,9 +11,9 @@ jwt library does); the signature is ed25519 by the public NKey named in `iss`, o
   ActivationClaims, or raises `JwtError` (a ValueError) saying what is wrong: the format,
   the signature, the kind of key that signed, the claim type, the times (`exp`, `nbf`), or
   a field the reference's validation refuses (`problems`: a CIDR, a time range, a zone, a
-  permission subject, a key, an import/export type or count, an operator URL...; not
-  checked: the activation tokens inside imports, export response types and latency,
-  mapping weights, external authorization keys).
+  permission subject, a key, an import/export type or count, an operator URL, a
+  mapping's subjects and weights...; not checked: the activation tokens inside imports,
+  export response types and latency, external authorization keys).
 - `is_revoked`, `user_allowed_now` (`times`, `times_location`), `connect_window`,
   `source_allowed` (`src`): the server's checks at CONNECT; `AccountClaims.signer_scope`:
   whether a key may sign the account's users, and the scope (template) it imposes.
@@ -22,8 +22,8 @@ jwt library does); the signature is ed25519 by the public NKey named in `iss`, o
 
 Field values are kept as the JWT says them (-1: unlimited; an absent limit is 0, as the
 reference reads it); durations (`ttl`, `response_threshold`) are converted from the JWT's
-nanoseconds to seconds. Parts this module does not type (JetStream limits, mappings,
-external authorization, trace) are kept as the JWT's dicts. Pure code: no I/O, no asyncio.
+nanoseconds to seconds. Parts this module does not type (JetStream limits, external
+authorization, trace) are kept as the JWT's dicts. Pure code: no I/O, no asyncio.
 """
 
 from __future__ import annotations
@@ -195,6 +195,18 @@ class Import:
 
 
 @dataclass(frozen=True)
+class WeightedMapping:
+    """One destination of an account's subject mapping (`mappings: {from: [...]}`)."""
+
+    subject: str = ""
+    weight: int = 0  # percent; 0: 100 (the library's GetWeight), unless cluster-scoped
+    cluster: str = ""
+
+    def get_weight(self) -> int:
+        return self.weight or 100
+
+
+@dataclass(frozen=True)
 class AccountLimits:
     """The operator's limits on an account (-1: unlimited)."""
 
@@ -229,7 +241,7 @@ class AccountClaims(Claims):
     signing_keys: dict[str, UserScope | None] = field(default_factory=dict)
     revocations: dict[str, int] = field(default_factory=dict)
     default_permissions: Permissions = field(default_factory=Permissions)
-    mappings: dict[str, Any] = field(default_factory=dict)
+    mappings: dict[str, tuple[WeightedMapping, ...]] = field(default_factory=dict)
     authorization: dict[str, Any] = field(default_factory=dict)
     trace: dict[str, Any] | None = None
     cluster_traffic: str = ""
@@ -619,6 +631,22 @@ def _signing_keys(nats: dict[str, Any]) -> dict[str, UserScope | None]:
     return keys
 
 
+def _mappings(nats: dict[str, Any], p: str) -> dict[str, tuple[WeightedMapping, ...]]:
+    """`mappings`: each subject's weighted destinations (a weight is Go's uint8)."""
+    out: dict[str, tuple[WeightedMapping, ...]] = {}
+    path = f"{p}mappings."
+    for source in (mappings := _obj(nats, "mappings", p)):
+        entries = []
+        for entry in _objs(mappings, source, path):
+            weight = _int(entry, "weight", f"{path}{source}.")
+            if not 0 <= weight <= 255:
+                raise _bad(f"{path}{source}.", "weight", "an integer from 0 to 255")
+            entries.append(WeightedMapping(_str(entry, "subject", f"{path}{source}."), weight,
+                                           _str(entry, "cluster", f"{path}{source}.")))
+        out[source] = tuple(entries)
+    return out
+
+
 def _scope(entry: dict[str, Any]) -> UserScope:
     p = "nats.signing_keys."
     kind = entry.get("kind")
@@ -639,7 +667,7 @@ def _account(base: dict[str, Any], nats: dict[str, Any], version: int) -> Accoun
         signing_keys=_signing_keys(nats), revocations=_timestamps(nats, "revocations", p),
         default_permissions=_permissions(_obj(nats, "default_permissions", p),
                                          f"{p}default_permissions."),
-        mappings=_obj(nats, "mappings", p), authorization=_obj(nats, "authorization", p),
+        mappings=_mappings(nats, p), authorization=_obj(nats, "authorization", p),
         trace=trace, cluster_traffic=_str(nats, "cluster_traffic", p),
         description=_str(nats, "description", p), info_url=_str(nats, "info_url", p))
 
@@ -732,6 +760,27 @@ def _account_problems(claims: AccountClaims) -> list[str]:
             out += _limits_problems(scope.template)
     if claims.cluster_traffic not in ("", "system", "owner"):
         out.append(f"unknown cluster traffic option: {claims.cluster_traffic!r}")
+    return out + _mapping_problems(claims.mappings)
+
+
+def _mapping_problems(mappings: dict[str, tuple[WeightedMapping, ...]]) -> list[str]:
+    """As the library's Mapping.Validate: valid subjects, and weights that total at most
+    100 (those of a cluster among themselves; the sums kept in a uint8, as it keeps them)."""
+    out: list[str] = []
+    for source, entries in mappings.items():
+        out += _subject_problems(source)
+        total, clusters = 0, {}
+        for entry in entries:
+            out += _subject_problems(entry.subject)
+            if entry.cluster:
+                clusters[entry.cluster] = (clusters.get(entry.cluster, 0) + entry.weight) % 256
+                if clusters[entry.cluster] > 100:
+                    out.append(f"Mapping {source!r} in cluster {entry.cluster!r} exceeds 100% "
+                               "among all of it's weighted to mappings")
+            else:
+                total = (total + entry.get_weight()) % 256
+        if total > 100:
+            out.append(f"Mapping {source!r} exceeds 100% among all of it's weighted to mappings")
     return out
 
 

@@ -26,6 +26,7 @@ from .units import file_bool, file_duration, file_monitor_port, file_port, file_
 # tls.py, websocket.py and accounts.py are imported where a block of theirs is read or
 # checked: a server without TLS, WebSocket or accounts does not load them at start.
 if TYPE_CHECKING:
+    from .accounts import Mapping
     from .jetstream import JetStreamOptions
     from .operator import OperatorOptions
     from .tls import TLSOptions
@@ -86,6 +87,9 @@ class ServerOptions:
     # JetStream (config/jetstream.py): None when neither the file nor a flag mentions it;
     # on when `.enabled`.
     jetstream: JetStreamOptions | None = None
+    # The global account's subject mappings (`mappings { }` at the top; an account's own
+    # are its AccountConfig's).
+    mappings: tuple[Mapping, ...] = ()
 
     @property
     def auth_required(self) -> bool:
@@ -196,8 +200,6 @@ UNSUPPORTED = {
     "no_sys_acc": _NO_SYSTEM,
     **dict.fromkeys(("resolver_tls", "resolver_pinned_accounts", "default_sentinel"), _JWT),
     "mqtt": "MQTT is not supported",
-    "mappings": "subject mappings are not supported",
-    "maps": "subject mappings are not supported",
     "syslog": _SYSLOG,
     "remote_syslog": _SYSLOG,
     "ocsp": "OCSP stapling is not supported",
@@ -454,6 +456,13 @@ def _at_key(conf: Section, key: str, parse: Callable[[], Any]) -> Any:
         raise ConfigError(f"{conf.where(key)}: {exc}") from None
 
 
+def _mappings(conf: Section, key: str, changes: dict[str, Any]) -> None:
+    """`mappings` (`maps`) at the top: the global account's subject mappings."""
+    from .accounts import parse_mappings
+
+    changes["mappings"] = parse_mappings(conf, key, conf[key])
+
+
 def _jetstream(conf: Section, key: str, changes: dict[str, Any]) -> None:
     """`jetstream`, over what a `store_dir` before it set."""
     from .jetstream import parse_jetstream
@@ -476,6 +485,8 @@ _PLACED_KEYS: dict[str, Callable[[Section, str, dict[str, Any]], None]] = {
     "accounts": _accounts,
     "system_account": _system_account,
     "system": _system_account,
+    "mappings": _mappings,
+    "maps": _mappings,
     "jetstream": _jetstream,
     "store_dir": _store_dir,
     "storedir": _store_dir,

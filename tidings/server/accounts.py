@@ -18,6 +18,11 @@ Such subscriptions are ordinary subscriptions of the index whose client is a `Re
 index keeps them apart from local ones (sublist.RemoteInterest.relays), so that the cluster
 announces the interest they stand for and the routing path only looks at them when some
 exist for the subject.
+
+An account's subject mappings (its configuration's or JWT's; the global account's are the
+options' top-level ones) are built here (mappings.py) and kept in `Account.mappings`, None
+when it has none: its clients then publish through them (client.py), as do the requests a
+service import carries into it.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from .sublist import Sublist, Subscription
 
 if TYPE_CHECKING:
     from .connection import Connection, Frame
+    from .mappings import SubjectMappings
     from .server import Server
 
 log = logging.getLogger("tidings.server")
@@ -68,7 +74,7 @@ class Account:
 
     __slots__ = ("name", "sublist", "limits", "exports", "connections", "reply_prefix",
                  "responses", "response_relay", "config", "system", "rmsg", "hmsg",
-                 "name_tag")
+                 "name_tag", "mappings")
 
     def __init__(self, name: str, config: AccountConfig | None = None) -> None:
         self.name = name
@@ -86,6 +92,8 @@ class Account:
         self.reply_prefix = b""
         self.responses: dict[bytes, Response] = {}
         self.response_relay: Subscription | None = None
+        # Its subject mappings (Accounts.map_subjects), None when it has none.
+        self.mappings: SubjectMappings | None = None
 
     def __repr__(self) -> str:
         return f"Account({self.name!r})"
@@ -229,6 +237,7 @@ class Accounts:
         self.system_account = self.by_name.get(name) or self._add(Account(name))
         self.system_account.system = True
         for account in list(self.by_name.values()):
+            self.map_subjects(account)
             if account.config is not None:
                 for imp in account.config.imports:
                     self._import(account, imp)
@@ -250,6 +259,7 @@ class Accounts:
     def add(self, account: Account) -> Account:
         """An account found after start (operator mode): watched, its imports wired."""
         self._add(account)
+        self.map_subjects(account)
         self.configured = True
         for watcher in self.watchers:
             watcher(account)
@@ -298,6 +308,8 @@ class Accounts:
         for name, account in list(self.by_name.items()):
             if name not in configs and account.config is not None and not account.system:
                 account.configure(None)
+        for account in list(self.by_name.values()):
+            self.map_subjects(account)
         self.configured = self.configured or bool(configs)
         self._rewire()
 
@@ -305,7 +317,32 @@ class Accounts:
         """An account's new configuration (operator mode: a newer JWT): its exports and
         limits now, and every import wired again (others' may import from it)."""
         account.configure(config)
+        self.map_subjects(account)
         self._rewire()
+
+    def map_subjects(self, account: Account) -> None:
+        """Give `account` its subject mappings as configured now (the global account the
+        options' top-level ones), and its clients the publishing path that goes through
+        them, or the one that does not."""
+        if account is self.global_account:
+            configured = self.server.options.mappings
+        else:
+            configured = account.config.mappings if account.config is not None else ()
+        before = account.mappings
+        account.mappings = None
+        if configured:
+            from .mappings import build
+
+            account.mappings = build(configured, self._cluster_name, account.name)
+        if before is None and account.mappings is None:
+            return
+        for client in list(getattr(self.server, "clients", {}).values()):
+            if client.account is account:
+                client.bind_publishing()
+
+    def _cluster_name(self) -> str:
+        cluster = self.server.cluster
+        return cluster.name if cluster is not None else ""
 
     def _rewire(self) -> None:
         for account, sub in self.import_relays:
@@ -381,6 +418,11 @@ class Accounts:
         def carry(pub: Connection | None, subj: bytes, reply: bytes | None, frame: Frame,
                   plain: Frame | None, hops: int) -> bool:
             new = transform.apply(subj) if transform is not None else subj
+            if source.mappings is not None:
+                # As the reference: the exporting account's mappings apply to the request.
+                mapped = source.mappings.select(new)
+                if mapped is not None:
+                    new = mapped
             headers, payload = frame_message(frame)
             if reply:
                 measure = None

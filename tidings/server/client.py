@@ -118,6 +118,10 @@ def auth_user(opts: dict[str, Any]) -> str:
 # clients', and max_control_line bounds the clients).
 INTERNAL_CONTROL_LINE = 64 * 1024
 
+# The interest cache the compiled PUB scanner reads for a client whose publishes are mapped:
+# empty, so that it skips none (it only reads it).
+_NEVER_UNROUTED: dict[bytes, Any] = {}
+
 # The first server PING after CONNECT.
 FIRST_PING_INTERVAL = 2.0
 
@@ -163,6 +167,8 @@ class ClientConnection(Connection):
         self.internal = False
         self.max_subs = -1  # subscriptions it may have (its JWT's or account's; -1: any)
         self.expiry_timer: asyncio.TimerHandle | None = None  # its credentials expire
+        if self.account.mappings is not None:
+            self.bind_publishing()  # (a PUB before CONNECT, when no login is required)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.accepted(transport)
@@ -303,14 +309,9 @@ class ClientConnection(Connection):
         self.login = login
         if login.account is not self.account and login.account is not None:
             self.server.move_to_account(self, login.account)
-            self.parser.watch_interest((self.account.sublist.cache, EMPTY_RESULT))
         self._limit(login)
         rights = self.rights = login.rights
-        checked = rights is not None and rights.limits_publish
-        # The parser's compiled path skips publishes nobody listens to: a client whose
-        # publishes are checked must have each one seen.
-        self.parser.route_pubs_to(self._checked_pub if checked else self.on_pub,
-                                  skip_unrouted=self.skips_unrouted and not checked)
+        self.bind_publishing()  # (with its account's interest cache)
         responses = rights.responses if rights is not None else None
         had = self.replies is not None
         if responses is None:
@@ -318,6 +319,24 @@ class ClientConnection(Connection):
         elif self.replies is None or self.replies.limits != responses:
             self.replies = Replies(responses)
         self.server.responders += (self.replies is not None) - had
+
+    def bind_publishing(self) -> None:
+        """The path the parser hands our PUBs to: through our account's subject mappings
+        if it has some, else through our publish permissions if they limit us, else
+        straight to routing. The parser's compiled path skips publishes nobody listens to
+        (on the subject as published): a client whose publishes are checked must have each
+        one seen; one whose publishes are mapped keeps the compiled path with an interest
+        cache that never says "nobody" (the mapped subject may have listeners)."""
+        parser = self.parser
+        if self.account.mappings is not None:
+            parser.watch_interest((_NEVER_UNROUTED, EMPTY_RESULT))
+            parser.route_pubs_to(self._mapped_pub, skip_unrouted=self.skips_unrouted)
+            return
+        parser.watch_interest((self.account.sublist.cache, EMPTY_RESULT))
+        rights = self.rights
+        checked = rights is not None and rights.limits_publish
+        parser.route_pubs_to(self._checked_pub if checked else self.on_pub,
+                             skip_unrouted=self.skips_unrouted and not checked)
 
     def _limit(self, login: Login) -> None:
         """The login's own limits: subscriptions, payload, and when it expires."""
@@ -440,6 +459,23 @@ class ClientConnection(Connection):
         if self.may_publish(subject):
             self.on_pub(subject, reply, payload)
 
+    def _mapped_pub(self, subject: bytes, reply: bytes | None, payload: bytes) -> None:
+        """A PUB in an account with subject mappings: on the subject its mapping picks,
+        which our publish permissions are checked against, as the reference checks them."""
+        subject = self.mapped(subject)
+        rights = self.rights
+        if rights is None or not rights.limits_publish or self.may_publish(subject):
+            self.on_pub(subject, reply, payload)
+
+    def mapped(self, subject: bytes) -> bytes:
+        """The subject a message we publish to `subject` goes to (our account's subject
+        mappings; b"" for a share a mapping drops)."""
+        mappings = self.account.mappings
+        if mappings is None:
+            return subject
+        found = mappings.select(subject)
+        return subject if found is None else found
+
     def on_unsub(self, sid: bytes, max_msgs: int) -> None:
         self.unsubscribe(sid, max_msgs)
         if self.verbose:
@@ -455,6 +491,8 @@ class ClientConnection(Connection):
     def on_hpub(self, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> None:
         if not hdr_len:
             # As the reference: a header block of size 0 is no header block, so MSG.
+            if self.account.mappings is not None:
+                subject = self.mapped(subject)
             if self.rights is None or self.may_publish(subject):
                 self.on_pub(subject, reply, data)
             return
@@ -469,6 +507,8 @@ class ClientConnection(Connection):
             if traced is None:
                 return  # dropped, as the reference drops it
             hdr_len, data, trace = traced
+        if self.account.mappings is not None:
+            subject = self.mapped(subject)  # (after the trace began: it names the published)
         if self.rights is not None and not self.may_publish(subject, trace):
             return
         if self.verbose:

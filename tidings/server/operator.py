@@ -28,6 +28,8 @@ from ..config.accounts import (
     AccountLimits,
     JetStreamLimits,
     Latency,
+    MapDest,
+    Mapping,
     ServiceExport,
     ServiceImport,
     StreamExport,
@@ -401,6 +403,9 @@ def account_config(claims: jwt.AccountClaims) -> AccountConfig:
         pub=claims.default_permissions.pub, sub=claims.default_permissions.sub,
         resp=claims.default_permissions.resp))
     config = AccountConfig(claims.subject, claims.subject, exports, imports, limits, defaults)
+    config.mappings = tuple(  # (each weight as the reference reads it: 0 is 100)
+        Mapping(source, tuple(MapDest(d.subject, d.get_weight(), d.cluster) for d in dests))
+        for source, dests in claims.mappings.items())
     js = _jetstream_limits(lim.jetstream)
     if js is not None:
         config.jetstream, config.jetstream_limits = True, js

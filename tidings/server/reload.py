@@ -1,7 +1,8 @@
 """Configuration reload (SIGHUP, --signal reload), as nats-server does it: the file is read
 again (command-line flags still win), what cannot change while running (the listen address,
 the cluster) refuses the whole reload with the reference's message, and the rest takes effect
-without dropping connections. Clients that no longer authenticate are closed."""
+without dropping connections. Clients that no longer authenticate are closed. Subject
+mappings (top-level, and an account's) apply to the next message published."""
 
 from __future__ import annotations
 
@@ -88,6 +89,11 @@ def reload(server: Server, new: ServerOptions) -> list[str]:
                 client.transport.set_write_buffer_limits(high=mark, low=mark)
     if "ports_file_dir" in changed:
         server.ports_file.moved()  # as the reference: the old file removed, the new written
+    if "mappings" in changed:
+        # The top-level mappings, the global account's (an account's own change with the
+        # accounts, below). Where the reference keeps the old ones when the block is gone
+        # from the file, tidings does as the file says.
+        server.accounts.map_subjects(server.accounts.global_account)
     if {"user", "password", "token", "auth", "websocket", "tls"} & set(changed):
         if old.auth.accounts != new.auth.accounts:
             server.accounts.reconfigure(new.auth.accounts)
@@ -108,7 +114,7 @@ def _shown(name: str, value: Any) -> str:
         return "authorization users"
     if name in ("password", "token"):
         return f"{name} = <hidden>"
-    if name in ("websocket", "tags"):
+    if name in ("websocket", "tags", "mappings"):
         return name
     return f"{name} = {_shown_value(name, value)}"
 

@@ -298,8 +298,6 @@ def test_what_the_reference_checks_at_start_tidings_checks_under_t(tmp_path: Pat
 
 
 NOT_YET = [
-    ("accounts { A: { mappings: { a: b } } }", '1:16: "mappings": subject mappings in an '
-     "account are not supported by tidings yet"),
     ("accounts { A: { msg_trace: { dest: t } } }", '1:16: "msg_trace": an account\'s message '
      "trace destination is not supported by tidings yet"),
     ('accounts { A: { exports: [{stream: "a.*", account_token_position: 2}] } }',

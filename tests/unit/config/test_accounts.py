@@ -14,6 +14,8 @@ from tidings.config.accounts import (
     AccountConfig,
     AccountLimits,
     Latency,
+    MapDest,
+    Mapping,
     ServiceExport,
     ServiceImport,
     StreamExport,
@@ -179,9 +181,6 @@ def test_jetstream_on_and_off_and_its_limits() -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("accounts { A: { mappings: {a: b} } }", '1:16: "mappings": subject mappings in an '
-     "account are not supported by tidings yet"),
-    ("accounts { A: { maps: {a: b} } }", '1:16: "maps": subject mappings'),
     ("accounts { A: { msg_trace: {dest: x} } }", '1:16: "msg_trace": an account\'s message '
      "trace destination is not supported by tidings yet"),
     ('accounts { A: { exports: [{stream: "a.*", account_token_position: 2}] } }',
@@ -310,6 +309,16 @@ def test_mappings_of_imports() -> None:
         '{service: {account: A, subject: "s.*"}, to: "my.*"}] } }\n').auth.accounts
     assert accounts["B"].imports == [StreamImport("A", "a.*.*", "b.$2.{{wildcard(1)}}"),
                                      ServiceImport("A", "s.*", "my.*")]
+
+
+def test_mappings_of_an_account_and_of_the_top_level() -> None:
+    conf = options('mappings { a: b, "w.*": [{destination: "x.$1", weight: 40%}, '
+                   '{dest: "y", weight: 60, cluster: c}] }\n'
+                   'accounts { A: { maps: { "p.*": "{{partition(3,1)}}" } } }\n')
+    assert conf.mappings == (
+        Mapping("a", (MapDest("b"),)),
+        Mapping("w.*", (MapDest("x.$1", 40), MapDest("y", 60, "c"))))
+    assert conf.auth.accounts["A"].mappings == (Mapping("p.*", (MapDest("{{partition(3,1)}}"),)),)
 
 
 def test_arrays_remember_where_their_values_were_written() -> None:

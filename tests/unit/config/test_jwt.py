@@ -162,7 +162,7 @@ def test_an_account_jwt_reads_every_field() -> None:
     assert claims.revocations == {USER.public: NOW, "*": NOW - 5}
     assert claims.default_permissions == J.Permissions(
         J.Permission(("dp.>",)), J.Permission((), ("x",)), J.ResponsePermission(1, 0.0))
-    assert claims.mappings == {"a": [{"subject": "b", "weight": 100}]}
+    assert claims.mappings == {"a": (J.WeightedMapping("b", 100),)}
     assert claims.authorization == {"auth_users": [USER.public]}
     assert claims.trace == {"dest": "t", "sampling": 10} and claims.cluster_traffic == "owner"
     assert (claims.description, claims.info_url) == ("acc", "https://a.example")
