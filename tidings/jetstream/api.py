@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..config.accounts import JetStreamLimits
+from ..protocol.subjects import subject_matches
 from ..server import godecode
 from ..server.accounts import Account, publish_internal, subscribe_internal
 from ..server.connection import msg_frame
@@ -44,6 +45,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidings.jetstream")
 
 API_PREFIX = "$JS.API."
+# The reference's API subscriptions (after API_PREFIX): what none of them matches is
+# dropped. (MSG.NEXT and DIRECT.GET are its consumers' and streams' own.)
+API_SUBJECTS = (
+    "INFO", "STREAM.CREATE.*", "STREAM.UPDATE.*", "STREAM.DELETE.*", "STREAM.PURGE.*",
+    "STREAM.SNAPSHOT.*", "STREAM.RESTORE.*", "STREAM.PEER.REMOVE.*", "STREAM.PEER.EVACUATE.*",
+    "STREAM.CANCEL_MOVE.*", "STREAM.LEADER.STEPDOWN.*", "STREAM.MSG.DELETE.*",
+    "STREAM.MSG.GET.*", "STREAM.NAMES", "STREAM.LIST", "STREAM.INFO.*",
+    "CONSUMER.LEADER.STEPDOWN.*.*", "CONSUMER.CREATE.*", "CONSUMER.CREATE.*.>",
+    "CONSUMER.DURABLE.CREATE.*.*", "CONSUMER.DELETE.*.*", "CONSUMER.PAUSE.*.*",
+    "CONSUMER.UNPIN.*.*", "CONSUMER.NAMES.*", "CONSUMER.LIST.*", "CONSUMER.INFO.*.*",
+    "CONSUMER.MSG.NEXT.*.*", "DIRECT.GET.*", "DIRECT.GET.*.>",
+)
 NAMES_LIMIT = 1024
 LIST_LIMIT = 256
 SUBJECT_DETAILS_LIMIT = 100_000
@@ -240,10 +253,15 @@ class JetStream:
                  headers: bytes | None, payload: bytes) -> bool | None:
         """One `$JS.API` request; False where the reference has no subscription (a pull
         for no consumer, a direct get of a stream without allow_direct): the requester
-        hears that nobody responded."""
+        hears that nobody responded. A subject none of its API subscriptions takes is
+        dropped unanswered, as the reference's dispatcher drops it (`$JS.API.$KV.a.b`, which
+        a service import of `$JS.API.>` as `x.>` makes of a KV put to `x.$KV.a.b`:
+        answered, it would beat the stream's PubAck)."""
+        name = subject.decode(errors="replace")[len(API_PREFIX):]
+        if not any(subject_matches(pattern, name) for pattern in API_SUBJECTS):
+            return None
         if not reply:
             return
-        name = subject.decode(errors="replace")[len(API_PREFIX):]
         tokens = name.split(".")
         kind = _type_of(tokens)
         if tokens[:2] == ["DIRECT", "GET"] and len(tokens) >= 3:

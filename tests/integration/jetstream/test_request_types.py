@@ -145,3 +145,26 @@ async def test_nulls_field_names_in_any_case_and_values_in_a_row_are_taken_as_go
             assert info["config"]["max_msgs"] == 5 and info["config"]["subjects"] == ["m.>"]
         finally:
             await nc.close()
+
+
+async def test_subjects_no_api_subscription_takes_are_dropped_unanswered(
+        servers: list[Server]) -> None:
+    """The reference's API dispatcher drops what none of its API subjects takes, without an
+    answer (a KV put that a service import of `$JS.API.>` also carried there must not be
+    answered before the stream's PubAck): asked after them, `$JS.API.INFO` is answered
+    and they are not."""
+    for server in servers:
+        nc = await nats.connect(server.url)
+        try:
+            dropped = await nc.subscribe("dropped.answers")
+            answered = await nc.subscribe("info.answer")
+            for subject in ("$JS.API.$KV.a.b", "$JS.API.NOPE", "$JS.API.STREAM.INFO.a.b",
+                            "$JS.API.STREAM"):
+                await nc.publish(subject, b"C", reply="dropped.answers")
+            await nc.publish("$JS.API.INFO", b"", reply="info.answer")
+            info = json.loads((await answered.next_msg(timeout=5)).data)
+            assert info["type"] == "io.nats.jetstream.api.v1.account_info_response"
+            await nc.flush()
+            assert dropped.pending_msgs == 0
+        finally:
+            await nc.close()
