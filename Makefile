@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed
 SOURCES := pyproject.toml setup.py tidings/protocol/_speedups.c
 
 .PHONY: run test lint bench bench-js bench-hardening bench-spark pipeline-demo clean
+.PHONY: bench-kv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,9 +42,14 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/compare.py
 	$(PY) benchmarks/jetstream.py
+	$(PY) benchmarks/kv_objects.py
 
 bench-js: $(STAMP)
 	$(PY) benchmarks/jetstream.py
+
+# Key-Value and Object store beside the reference (benchmarks/kv_objects.py).
+bench-kv: $(STAMP)
+	$(PY) benchmarks/kv_objects.py
 
 bench-hardening: $(STAMP)
 	$(PY) benchmarks/hardening.py
