@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..client.nuid import NUID
-from ..protocol.subjects import subject_matches
+from ..protocol.subjects import matcher
 from ..server.gojson import parse_go_time
 from .consumer_config import DEFAULT_ACK_WAIT, DEFAULT_MAX_WAITING, NS
 from .memstore import StoredMsg
@@ -267,6 +267,7 @@ class Consumer:
         self.durable = bool(config.get("durable_name"))
         self.filters = ([config["filter_subject"]] if config.get("filter_subject")
                         else list(config.get("filter_subjects") or []))
+        self._matches = matcher(self.filters)
         self.cseq = 0  # consumer sequence of the last delivery
         self.dseq = 0  # stream sequence of the last delivery
         self.initial: deque[int] = deque()  # last_per_subject: those first, in order
@@ -303,13 +304,13 @@ class Consumer:
     def _last_per_subject(self) -> list[int]:
         """The sequence of the last message of each subject it takes."""
         store = self.stream.store
-        lasts = (store.last_for(subject) for subject in list(store.subjects)
+        lasts = (store.last_seq_for(subject) for subject in list(store.subjects)
                  if self.matches(subject))
-        return [m.seq for m in lasts if m is not None]
+        return [seq for seq in lasts if seq]
 
     # -- deliveries ------------------------------------------------------------------------
     def matches(self, subject: str) -> bool:
-        return not self.filters or any(subject_matches(f, subject) for f in self.filters)
+        return not self.filters or self._matches(subject)
 
     def _next_message(self) -> StoredMsg | None:
         store = self.stream.store
@@ -918,6 +919,7 @@ class Consumer:
         self.config = config
         self.filters = ([config["filter_subject"]] if config.get("filter_subject")
                         else list(config.get("filter_subjects") or []))
+        self._matches = matcher(self.filters)
         self._npc = None
         self.pace = Pace.of(config)
         self.pump()

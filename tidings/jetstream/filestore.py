@@ -406,9 +406,19 @@ class FileStore(StoreLimits):
 
     def last_for(self, subject: str) -> StoredMsg | None:
         """The last message on `subject`."""
+        seq = self.last_seq_for(subject)
+        return self.get(seq) if seq else None
+
+    def last_seq_for(self, subject: str) -> int:
+        """The sequence of the last message on `subject` (0: none), from the index."""
         sid = self._sid.get(subject)
         if sid is None:
-            return None
+            return 0
+        hint = self._last_hint.get(sid)  # (never before the subject's last message)
+        if hint is not None:
+            found = self._locate(hint)
+            if found is not None and found[0].sids[found[1]] == sid:
+                return hint
         start = min(self._last_hint.get(sid, self.last_seq), self.last_seq)
         k = bisect_right(self._firsts, start) - 1
         for blk in reversed(self._blocks[:k + 1]):
@@ -416,8 +426,8 @@ class FileStore(StoreLimits):
             for i in range(min(start - blk.first, len(offs) - 1), -1, -1):
                 if sids[i] == sid and offs[i] >= 0:
                     self._last_hint[sid] = blk.first + i
-                    return self.get(blk.first + i)
-        return None
+                    return blk.first + i
+        return 0
 
     @property
     def count(self) -> int:

@@ -205,6 +205,11 @@ class MemoryStore(StoreLimits):
         seqs = self._seqs.get(subject)
         return self.msgs[seqs[-1]] if seqs else None
 
+    def last_seq_for(self, subject: str) -> int:
+        """The sequence of the last message on `subject` (0: none)."""
+        seqs = self._seqs.get(subject)
+        return seqs[-1] if seqs else 0
+
     @property
     def count(self) -> int:
         return len(self.msgs)

@@ -227,8 +227,9 @@ def last_on(store: Any, subject: str) -> StoredMsg | None:
     matches)."""
     if "*" not in subject and ">" not in subject:
         return store.last_for(subject)  # type: ignore[no-any-return]
-    lasts = [store.last_for(s) for s in list(store.subjects) if subject_matches(subject, s)]
-    return max((m for m in lasts if m is not None), key=lambda m: m.seq, default=None)
+    last = max((store.last_seq_for(s) for s in list(store.subjects)
+                if subject_matches(subject, s)), default=0)
+    return store.get(last) if last else None  # type: ignore[no-any-return]
 
 
 def _mapped(transform: Any, subject: str) -> str:
@@ -442,8 +443,7 @@ class Stream:
             self._refuse_when_full(len(subject) + len(headers or b"") + len(data), subject)
         last_on_subject = 0
         if self._republish is not None and subject_matches(self._republish.source, subject):
-            previous = store.last_for(subject)
-            last_on_subject = previous.seq if previous is not None else 0
+            last_on_subject = store.last_seq_for(subject)
         try:
             if at_seq:
                 store.skip_to(at_seq)

@@ -12,6 +12,8 @@ also matches an empty token, and the first `>` token ends the match whatever fol
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 _WHITESPACE = frozenset(b" \t\r\n\f")
 
 
@@ -85,6 +87,24 @@ def subject_matches(pattern: bytes | str, subject: bytes | str) -> bool:
     `subject` itself is an ordinary token, which only a wildcard of `pattern` matches (the
     permission check of a wildcard SUB relies on it)."""
     return _covered(pattern, subject, subset=False)
+
+
+def matcher(patterns: list[str]) -> Callable[[str], bool]:
+    """subject_matches against any of `patterns`, made once for many subjects: a literal
+    pattern is an equality, one that ends in its only wildcard `>` a prefix."""
+    tests: list[Callable[[str], bool]] = []
+    for pattern in patterns:
+        tokens = pattern.split(".")
+        if "*" not in tokens and ">" not in tokens:
+            tests.append(pattern.__eq__)
+        elif tokens[-1] == ">" and "*" not in tokens and tokens.count(">") == 1:
+            prefix = pattern[:-1]
+            tests.append(lambda s, p=prefix: s.startswith(p))
+        else:
+            tests.append(lambda s, p=pattern: subject_matches(p, s))
+    if len(tests) == 1:
+        return tests[0]
+    return lambda s: any(test(s) for test in tests)
 
 
 def is_subset(subject: bytes | str, pattern: bytes | str) -> bool:

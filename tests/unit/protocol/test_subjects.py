@@ -15,6 +15,7 @@ from tidings.protocol.subjects import (
     is_valid_queue_name,
     is_valid_subject,
     is_valid_subscription,
+    matcher,
     subject_matches,
 )
 
@@ -201,3 +202,16 @@ def test_is_subset_as_an_import_is_checked_against_an_export(subject: str, patte
     from tidings.protocol.subjects import is_subset
 
     assert is_subset(subject, pattern) is covered
+
+
+MATCHER_PATTERNS = [["a.b"], ["a.>"], ["a.*"], ["*.b.>"], [">"], ["a.b", "c.>"],
+                    ["$KV.W.>"], ["a.*.c", "a.b"]]
+MATCHER_SUBJECTS = ["a", "a.b", "a.b.c", "a.", "a.c", "b", "c.d", "c", "x.b.y", "x.b",
+                    "$KV.W.k1", "$KV.W", "a.*", "a.>", "a.x.c"]
+
+
+@pytest.mark.parametrize("patterns", MATCHER_PATTERNS)
+def test_a_matcher_answers_as_subject_matches(patterns: list[str]) -> None:
+    match = matcher(patterns)
+    for subject in MATCHER_SUBJECTS:
+        assert match(subject) == any(subject_matches(p, subject) for p in patterns), subject
