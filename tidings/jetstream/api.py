@@ -740,7 +740,6 @@ class JetStream:
             stream.subs.append(subscribe_internal(
                 self.server.accounts, account, subject.encode(),
                 lambda *a, s=stream: self._capture(account, s, *a)))
-        stream.stored = lambda origin, msg: self.copier.stored(account, origin, msg)
         streams = self.streams.get(account, {})
         self.copier.attach(account, stream, streams)
         self.copier.origin_added(account, stream)

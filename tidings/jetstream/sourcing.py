@@ -294,13 +294,15 @@ class Copier:
             self.links.setdefault((account, link.origin_name), []).append(link)
             origin = streams.get(link.origin_name)
             if origin is not None and origin is not target:
-                self._begin(link, origin)
+                self._begin(account, link, origin)
 
     def detach(self, account: Any, target: Stream) -> None:
         for link in target.links:
             links = self.links.get((account, link.origin_name), [])
             if link in links:
                 links.remove(link)
+            if not links and link.origin is not None:
+                link.origin.stored = None  # (nobody copies it any more)
             link.origin = None
         target.links = []
 
@@ -308,7 +310,7 @@ class Copier:
         """A stream others copy exists now (created, or recovered after them)."""
         for link in self.links.get((account, origin.name), []):
             if link.target is not origin:
-                self._begin(link, origin)
+                self._begin(account, link, origin)
 
     def origin_removed(self, account: Any, origin: Stream) -> None:
         """A stream others copy is gone: they keep what they have and wait for it."""
@@ -326,8 +328,11 @@ class Copier:
             elif msg.seq > link.next_seq:
                 self._catch_up_soon(link)
 
-    def _begin(self, link: Link, origin: Stream) -> None:
+    def _begin(self, account: Any, link: Link, origin: Stream) -> None:
+        """`link` copies `origin` from now on: told of what it stores (a stream nobody
+        copies is told nothing: its publishes pay nothing for this)."""
         link.start(origin)
+        origin.stored = lambda stream, msg: self.stored(account, stream, msg)
         self._catch_up_soon(link)
 
     def _catch_up_soon(self, link: Link) -> None:
