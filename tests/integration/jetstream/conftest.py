@@ -1,5 +1,7 @@
 """The JetStream tests' servers: tidings and the reference nats-server, each started with
-`-js` on a store of its own (one of each per test module), and a nats-py client."""
+`-js` on a store of its own (one of each per test module): `server` one after the other
+(with `nc`, a nats-py client), `servers` both at once (tidings first) for tests that
+compare their answers."""
 
 from __future__ import annotations
 
@@ -31,3 +33,13 @@ async def nc(server: Server) -> AsyncIterator[Client]:
     client = await nats.connect(server.url)
     yield client
     await client.close()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
+    store = tmp_path_factory.mktemp("pair")
+    pair = [start_tidings(extra_args=["-js", "-sd", str(store / "t")]),
+            start_reference(extra_args=["-js", "-sd", str(store / "r")])]
+    yield pair
+    for srv in pair:
+        srv.stop()

@@ -5,14 +5,11 @@ description)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import nats
-import pytest
 
-from tests.harness import Server, start_reference, start_tidings
+from tests.harness import Server
 
 MS = 10**6
 
@@ -44,14 +41,6 @@ CASES: list[dict[str, Any]] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
-    store: Path = tmp_path_factory.mktemp("cc")
-    pair = [start_tidings(extra_args=["-js", "-sd", str(store / "t")]),
-            start_reference(extra_args=["-js", "-sd", str(store / "r")])]
-    yield pair
-    for srv in pair:
-        srv.stop()
 
 
 async def answers(server: Server, requests: list[tuple[str, dict[str, Any]]]) -> list[Any]:

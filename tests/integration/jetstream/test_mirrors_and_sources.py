@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +14,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from tests.harness import Server, start_reference, start_tidings
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
-    store: Path = tmp_path_factory.mktemp("ms")
-    pair = [start_tidings(extra_args=["-js", "-sd", str(store / "t")]),
-            start_reference(extra_args=["-js", "-sd", str(store / "r")])]
-    yield pair
-    for srv in pair:
-        srv.stop()
+from tests.harness import Server, start_tidings
 
 
 async def api(nc: Client, subject: str, body: dict[str, Any] | None = None) -> dict[str, Any]:

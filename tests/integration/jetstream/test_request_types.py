@@ -6,14 +6,11 @@ compared whole. None may cost tidings a traceback or an unanswered request."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import nats
-import pytest
 
-from tests.harness import Server, start_reference, start_tidings
+from tests.harness import Server
 
 STREAM_BODIES = [
     '{"name":"S","subjects":["a.*"],"max_msgs":"invalid"}',
@@ -90,14 +87,6 @@ OTHER = [
 ]
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
-    store: Path = tmp_path_factory.mktemp("rt")
-    pair = [start_tidings(extra_args=["-js", "-sd", str(store / "t")]),
-            start_reference(extra_args=["-js", "-sd", str(store / "r")])]
-    yield pair
-    for srv in pair:
-        srv.stop()
 
 
 async def answers(server: Server, requests: list[tuple[str, str]]) -> list[Any]:
