@@ -78,6 +78,8 @@ class JetStream:
         self._to_pump: dict[Consumer, None] = {}  # consumers acked this turn (pumped at flush)
         self._open: dict[Stream, list[tuple[Account, bytes | None, dict[str, Any]]]] = {}
         self.copier = Copier(self._store_copy, self._soon)  # mirrors and sources
+        # Streams a restore is opening in a worker thread (snapshot.py): their names taken.
+        self.restoring: set[tuple[Account, str]] = set()
         self.subs: list[tuple[Account, Any]] = []
         self._timer: Any = None
         self.config = server.options.jetstream.resolved  # type: ignore[union-attr]
@@ -384,6 +386,8 @@ class JetStream:
                                 {"memory": self.config.max_memory,
                                  "file": self.config.max_storage},
                                 creating=name not in streams)
+        if (account, name) in self.restoring:
+            raise errors.STREAM_NAME_EXIST()
         existing = streams.get(name)
         if existing is not None:
             if not update and not same_config(existing.config, config):

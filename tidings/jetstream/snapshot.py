@@ -21,8 +21,8 @@ request (answered with an empty message), then an empty one, answered with the r
 stream's info (a `stream_create_response`) or the error. Each chunk is decoded as it comes:
 a file stream's messages are written to block files (filestore.py's layout) in the
 account's `__snapshots__` folder, moved into `streams/` and opened when the snapshot is
-whole (in that turn: it reads the blocks as a restart does); a memory stream's are stored
-as they come. A failure is told at the end, as the
+whole (in a worker thread: it reads the blocks as a restart does); a memory stream's are
+stored as they come. A failure is told at the end, as the
 reference tells it (the chunks after it are answered and dropped); a restore that hears
 nothing for 5 seconds is given up.
 """
@@ -517,19 +517,53 @@ class Restore:
 
     # -- the end -------------------------------------------------------------------------
     def _finish(self, reply: bytes) -> None:
-        """The empty chunk: the stream is made (or the error told)."""
+        """The empty chunk: the stream is made (or the error told). A file stream is opened
+        (its blocks read back, as a restart reads them) in a worker thread: a large one must
+        not hold the loop; its name is taken meanwhile."""
         if self.error is None and not self.complete:
             try:
                 self.s2.end()
                 self.archive.end()
             except archive.FormatError as exc:
                 self._fail(exc)
+        if self.error is not None:
+            return self._answer(reply, None)
+        streams = self.js.streams.setdefault(self.account, {})
+        if self.name in streams or (self.account, self.name) in self.js.restoring:
+            self._fail(errors.STREAM_NAME_EXIST_RESTORE_FAILED())
+            return self._answer(reply, None)
+        target, self.target = self.target, None
+        assert target is not None
+        directory = self.js._stream_dir(self.account, self.name)
+        sync_always = self.js.config.sync_always
+        if isinstance(target, _MemoryTarget):
+            return self._opened(reply, target, lambda: target.open(directory, sync_always))
+        key = (self.account, self.name)
+        self.js.restoring.add(key)
+        opening = self.js.server.loop.run_in_executor(None, target.open, directory,
+                                                      sync_always)
+
+        def opened(done: Any) -> None:
+            self.js.restoring.discard(key)
+            self._opened(reply, target, done.result)
+            if self.js.server.reader is None:
+                self.js.server.flush()
+        opening.add_done_callback(opened)
+
+    def _opened(self, reply: bytes, target: Any, opening: Any) -> None:
         stream = None
-        if self.error is None:
-            try:
-                stream = self._open()
-            except (RestoreFailed, ApiError, OSError, ValueError) as exc:
-                self._fail(exc)
+        try:
+            stream = self._serve(opening())
+        except (RestoreFailed, ApiError, OSError, ValueError) as exc:
+            self._fail(exc)
+        except Exception as exc:  # (a defect: answered all the same, never left waiting)
+            log.exception("restore of stream '%s > %s' failed", self.account.name, self.name)
+            self._fail(exc)
+        if stream is None:
+            target.discard()
+        self._answer(reply, stream)
+
+    def _answer(self, reply: bytes, stream: Stream | None) -> None:
         self._close()
         if stream is None:
             failed = errors.STREAM_RESTORE(err=self.error, unless=self.error)
@@ -543,15 +577,8 @@ class Restore:
             body = {"type": CREATE_TYPE, **self.js._info(stream)}
         publish_internal(self.js.server, self.account, reply, go_json(body))
 
-    def _open(self) -> Stream:
+    def _serve(self, stream: Stream) -> Stream:
         """The restored stream, with its consumers, served."""
-        streams = self.js.streams.setdefault(self.account, {})
-        if self.name in streams:
-            raise errors.STREAM_NAME_EXIST_RESTORE_FAILED()
-        assert self.target is not None
-        stream = self.target.open(self.js._stream_dir(self.account, self.name),
-                                  self.js.config.sync_always)
-        self.target = None
         try:
             for name, doc in self.consumers:
                 _add_consumer(self.js, self.account, stream, name, doc)
@@ -559,7 +586,7 @@ class Restore:
             stream.destroy()
             raise
         stream.restore_ttls()
-        streams[self.name] = stream
+        self.js.streams.setdefault(self.account, {})[self.name] = stream
         self.js._subscribe(self.account, stream)
         if stream.ttls or stream.config["max_age"]:
             self.js._arm_expiry(stream)
