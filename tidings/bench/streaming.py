@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 
 from tidings.bench.wire import Conn, Endpoint, ProtocolError
 from tidings.streaming.pb import protocol_pb2 as pb
+from tidings.varint import put_uvarint
 
 __all__ = ["StreamingBenchResult", "bench_publish", "bench_subscribe", "main"]
 
@@ -346,7 +347,7 @@ def bench_subscribe(
                     if seq > seen_last:
                         seen_last = seq
                         got += 1
-                    body = ack_head + _encode_varint(seq)
+                    body = ack_head + put_uvarint(seq)
                     out.append(b"%s%d\r\n%s\r\n" % (ack_line, len(body), body))
                 if out:
                     conn.send(b"".join(out))
@@ -358,15 +359,6 @@ def bench_subscribe(
     finally:
         stan.close()
     return StreamingBenchResult("stan-sub", size, got, elapsed, 0, max_inflight)
-
-
-def _encode_varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def main(argv: list[str] | None = None) -> int:

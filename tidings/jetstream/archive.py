@@ -37,6 +37,8 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from ..varint import put_uvarint
+
 # -- CRC-32C (Castagnoli), as the s2 stream's chunks carry it ----------------------------------
 
 
@@ -259,20 +261,11 @@ class Entry(NamedTuple):
     payload: bytes
 
 
-def _put_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def entry_head(name: bytes, ts: int, seq: int, header_size: int, payload_size: int) -> bytes:
     """An entry's fields and name (its bytes follow)."""
     zigzag = ts << 1 if ts >= 0 else ((-ts) << 1) - 1
-    return (_put_uvarint(len(name)) + _put_uvarint(zigzag) + _put_uvarint(seq)
-            + _put_uvarint(header_size) + _put_uvarint(payload_size) + name)
+    return (put_uvarint(len(name)) + put_uvarint(zigzag) + put_uvarint(seq)
+            + put_uvarint(header_size) + put_uvarint(payload_size) + name)
 
 
 def document(name: str, body: bytes, ts: int) -> bytes:

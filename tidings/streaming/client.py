@@ -32,6 +32,7 @@ from ..client import Client
 from ..client import connect as nats_connect
 from ..client import errors as nerr
 from ..client.nuid import NUID
+from ..varint import put_uvarint
 from .pb import protocol_pb2 as pb
 
 __all__ = [
@@ -80,15 +81,6 @@ MsgHandler = Callable[["Msg"], Any]
 # raw_cb of `subscribe`: (subject, reply, headers block, payload) as the core client's raw_cb;
 # the payload is an encoded MsgProto
 RawHandler = Callable[[bytes, "bytes | None", "bytes | None", bytes], None]
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 _SMALL_VARINTS = [bytes((i,)) for i in range(128)]
@@ -167,7 +159,7 @@ class Subscription:
         self.received = 0
         raw = subject.encode()
         # an encoded Ack up to its sequence: `Ack.subject` and the tag of `Ack.sequence`
-        self._ack_prefix = b"\x0a" + _varint(len(raw)) + raw + b"\x10"
+        self._ack_prefix = b"\x0a" + put_uvarint(len(raw)) + raw + b"\x10"
 
     @property
     def closed(self) -> bool:
@@ -218,7 +210,7 @@ class Subscription:
         publish, inbox, prefix = self.sc.nc.publish, self.ack_inbox, self._ack_prefix
         try:
             for seq in seqs:
-                await publish(inbox, prefix + _varint(seq))
+                await publish(inbox, prefix + put_uvarint(seq))
         except nerr.Error as exc:
             raise StanError(str(exc)) from exc
 
@@ -395,8 +387,8 @@ class StreamingClient:
             raise StanError(resp.error)
         self._pub_prefix = resp.pubPrefix
         cid = self.client_id.encode()
-        self._pub_head = b"\n" + _varint(len(cid)) + cid
-        self._pub_tail = b"2" + _varint(len(self.conn_id)) + self.conn_id
+        self._pub_head = b"\n" + put_uvarint(len(cid)) + cid
+        self._pub_tail = b"2" + put_uvarint(len(self.conn_id)) + self.conn_id
         self._sub_requests = resp.subRequests
         self._unsub_requests = resp.unsubRequests
         self._sub_close_requests = resp.subCloseRequests
@@ -586,7 +578,7 @@ class StreamingClient:
         if len(self._pub_fields) >= 1024:
             self._pub_fields.clear()
         raw = subject.encode()
-        fields = (f"{self._pub_prefix}.{subject}", b"\x1a" + _varint(len(raw)) + raw)
+        fields = (f"{self._pub_prefix}.{subject}", b"\x1a" + put_uvarint(len(raw)) + raw)
         self._pub_fields[subject] = fields
         return fields
 
@@ -597,8 +589,8 @@ class StreamingClient:
         n = len(data)
         return b"".join((
             self._pub_head, b"\x12", _SMALL_VARINTS[len(raw)] if len(raw) < 128 else
-            _varint(len(raw)), raw, subject_field,
-            (b"*" + (_SMALL_VARINTS[n] if n < 128 else _varint(n))) if n else b"", data,
+            put_uvarint(len(raw)), raw, subject_field,
+            (b"*" + (_SMALL_VARINTS[n] if n < 128 else put_uvarint(n))) if n else b"", data,
             self._pub_tail))
 
     def _on_pub_ack(self, subject: bytes, reply: bytes | None, hdr: bytes | None,

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ...varint import put_uvarint
 from ..stores.base import StoreError, StoreLockedError
 
 log = logging.getLogger("tidings.streaming")
@@ -77,27 +78,15 @@ def parse_go_time_binary(data: bytes) -> int:
     return sec * 1_000_000_000 + nsec
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
 def encode_ctrl_msg(msg_type: int, server_id: str, data: bytes) -> bytes:
     out = bytearray()
     if msg_type:
-        out += b"\x08" + _varint(msg_type)
+        out += b"\x08" + put_uvarint(msg_type)
     sid = server_id.encode()
     if sid:
-        out += b"\x12" + _varint(len(sid)) + sid
+        out += b"\x12" + put_uvarint(len(sid)) + sid
     if data:
-        out += b"\x1a" + _varint(len(data)) + data
+        out += b"\x1a" + put_uvarint(len(data)) + data
     return bytes(out)
 
 
