@@ -9,6 +9,7 @@ from typing import Any
 
 from ..protocol.subjects import is_valid_subject, subject_matches, subjects_collide
 from . import errors
+from .stream import valid_asset_name
 
 NS = 10**9
 DEFAULT_ACK_WAIT = 30 * NS
@@ -163,10 +164,6 @@ def valid_group_name(group: str) -> bool:
 
 
 
-def _valid_name(name: str) -> bool:
-    return not any(c in name for c in " \t\r\n.*>/\\")
-
-
 def _start_policy(cfg: dict[str, Any]) -> None:
     """The deliver policy and its optional start, as the reference pairs them."""
     policy, seq, start = cfg["deliver_policy"], cfg.get("opt_start_seq"), cfg.get("opt_start_time")
@@ -207,9 +204,9 @@ def check(cfg: dict[str, Any], stream: dict[str, Any]) -> None:
     """A normalized consumer configuration against its stream's, as the reference's
     checkConsumerCfg checks it (its order, its errors)."""
     invalid = errors.STREAM_INVALID_CONFIG
-    if cfg.get("name") and not _valid_name(cfg["name"]):
+    if cfg.get("name") and not valid_asset_name(cfg["name"]):
         raise invalid(err="consumer name can not contain '.', '*', '>', '\\', '/'")
-    if cfg.get("durable_name") and not _valid_name(cfg["durable_name"]):
+    if cfg.get("durable_name") and not valid_asset_name(cfg["durable_name"]):
         raise invalid(err="consumer durable name can not contain '.', '*', '>', '\\', '/'")
     replicas = cfg.get("num_replicas") or 0
     if replicas > 0 and replicas > stream["num_replicas"]:

@@ -28,7 +28,7 @@ from ..protocol.subjects import is_valid_subject, subject_matches, subjects_coll
 from ..server.gojson import parse_go_time
 from . import errors
 from .memstore import StoredMsg
-from .stream import transform_for
+from .stream import transform_for, valid_asset_name
 
 if TYPE_CHECKING:
     from .stream import Stream
@@ -51,7 +51,7 @@ def check(cfg: dict[str, Any], origin_config: Any) -> None:
         _check_mirror(cfg, mirror, origin_config)
     inames: set[str] = set()
     for source in cfg.get("sources") or []:
-        if not source or not _valid_name(source.get("name") or ""):
+        if not source or not valid_asset_name(source.get("name") or ""):
             raise errors.SOURCE_INVALID_STREAM_NAME()
         iname = index_name(source)
         if iname in inames:
@@ -89,7 +89,7 @@ def _check_mirror(cfg: dict[str, Any], mirror: dict[str, Any], origin_config: An
             if i != j and subjects_collide(tr.get("src") or ">", other.get("src") or ">"):
                 raise errors.MIRROR_OVERLAPPING_SUBJECT_FILTERS()
     _refuse_unbuilt(mirror)
-    if not _valid_name(mirror.get("name") or ""):
+    if not valid_asset_name(mirror.get("name") or ""):
         raise errors.MIRROR_INVALID_STREAM_NAME()
     origin = origin_config(mirror["name"])
     if origin is not None:
@@ -117,10 +117,6 @@ def _check_transform(tr: dict[str, Any], bad_filter: Any, bad_dest: Any) -> None
 def _subset(subject: str, pattern: str) -> bool:
     """Whether every subject `subject` matches, `pattern` matches too."""
     return subject_matches(pattern, subject)
-
-
-def _valid_name(name: str) -> bool:
-    return bool(name) and not any(c in name for c in " .*>\\/\t\r\n")
 
 
 def index_name(spec: dict[str, Any]) -> str:

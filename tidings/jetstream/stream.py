@@ -243,8 +243,14 @@ def _ordered(cfg: dict[str, Any]) -> dict[str, Any]:
     return {field: cfg[field] for field, _ in _FIELDS if field in cfg}
 
 
+def valid_asset_name(name: str) -> bool:
+    """A stream's, consumer's or source's name as the reference takes one: not empty, no
+    blank, `.`, `*`, `>` or path separator."""
+    return bool(name) and not any(c in name for c in " \t\r\n.*>/\\")
+
+
 def _valid_name(name: str) -> bool:
-    return bool(name) and not any(c in name for c in " \t\r\n.*>/\\") and len(name) <= 255
+    return valid_asset_name(name) and len(name) <= 255
 
 
 def same_config(a: dict[str, Any], b: dict[str, Any]) -> bool:
