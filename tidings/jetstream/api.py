@@ -769,20 +769,28 @@ class JetStream:
             batch = self._open[stream] = []
         return batch
 
-    def _store_copy(self, stream: Stream, subject: str, headers: bytes | None, data: bytes,
-                    how: dict[str, Any]) -> None:
+    def _store_copy(self, account: Account, stream: Stream, subject: str,
+                    headers: bytes | None, data: bytes, how: dict[str, Any]) -> None:
         """A message another stream's link copies into `stream` (sourcing.py), stored as a
         publish is, without an acknowledgement."""
-        account = next(a for a, mine in self.streams.items() if mine.get(stream.name) is stream)
-        batch = self._batch(stream)
-        limits.check_publish(self.limits(account), self.streams[account].values(),
-                             stream.config["storage"], len(subject) + len(headers or b"") + len(data))
-        stream.publish(subject, headers, data, **how)
-        if stream.ttls or stream.config["max_age"]:
-            self._arm_expiry(stream)
+        _, batch = self._store(account, stream, subject, headers, data,
+                               len(subject) + len(headers or b"") + len(data), how)
         if batch is None:
             for consumer in list(stream.consumers.values()):
                 consumer.pump()
+
+    def _store(self, account: Account, stream: Stream, subject: str, headers: bytes | None,
+               data: bytes, size: int, how: dict[str, Any] | None = None
+               ) -> tuple[dict[str, Any], list[Any] | None]:
+        """A message stored in `stream` within the account's limits (ApiError when refused):
+        its PubAck, and the group commit it went into (None for a memory stream)."""
+        batch = self._batch(stream)  # a file stream: written, then acknowledged, at flush
+        limits.check_publish(self.limits(account), self.streams[account].values(),
+                             stream.config["storage"], size)
+        ack = stream.publish(subject, headers, data, **(how or {}))
+        if stream.ttls or stream.config["max_age"]:
+            self._arm_expiry(stream)
+        return ack, batch
 
     def _soon(self, work: Any) -> None:
         """`work` on a later turn of the loop, what it stored flushed after it."""
@@ -796,19 +804,14 @@ class JetStream:
 
     def _capture(self, account: Account, stream: Stream, subject: bytes, reply: bytes | None,
                  headers: bytes | None, payload: bytes) -> None:
-        batch = self._batch(stream)  # a file stream: written, then acknowledged, at flush
         try:
-            limits.check_publish(self.limits(account), self.streams[account].values(),
-                                 stream.config["storage"],
-                                 len(subject) + len(headers or b"") + len(payload))
-            ack = stream.publish(subject.decode(errors="replace"), headers, payload)
+            ack, batch = self._store(account, stream, subject.decode(errors="replace"), headers,
+                                     payload, len(subject) + len(headers or b"") + len(payload))
         except ApiError as exc:
             if reply:
                 body = {"error": exc.as_json(), "stream": stream.name, "seq": 0}
                 publish_internal(self.server, account, reply, dumps(body))
             return
-        if stream.ttls or stream.config["max_age"]:
-            self._arm_expiry(stream)
         answer = reply if reply and not stream.config.get("no_ack") else None
         if batch is not None:
             batch.append((account, answer, ack))

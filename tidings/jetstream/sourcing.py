@@ -153,6 +153,7 @@ class Link:
         self.active = 0  # when it last copied (monotonic ns), 0 never
         self.copied = 0  # the origin's sequence it last copied
         self.origin: Stream | None = None
+        self.account: Any = None  # the target's (and origin's) account (Copier.attach)
         self.catching_up = False
 
     def subject_for(self, subject: str) -> str | None:
@@ -266,7 +267,7 @@ def identity(stream: Stream) -> str:
 
 # -- the links of one JetStream -------------------------------------------------------------------
 
-StoreCopy = Callable[["Stream", str, "bytes | None", bytes, dict[str, Any]], None]
+StoreCopy = Callable[[Any, "Stream", str, "bytes | None", bytes, dict[str, Any]], None]
 
 
 class Copier:
@@ -286,6 +287,7 @@ class Copier:
             [(spec, False) for spec in cfg.get("sources") or []]
         for spec, mirror in specs:
             link = Link(target, spec, mirror)
+            link.account = account
             target.links.append(link)
             self.links.setdefault((account, link.origin_name), []).append(link)
             origin = streams.get(link.origin_name)
@@ -363,7 +365,7 @@ class Copier:
             return
         link.copied = msg.seq
         try:
-            self.store_copy(link.target, *copy)
+            self.store_copy(link.account, link.target, *copy)
         except errors.ApiError as exc:  # (refused by the target: the copy goes on past it)
             log.warning("JetStream: stream %s: message %d of %s not copied: %s",
                         link.target.name, msg.seq, link.origin_name, exc.description)
