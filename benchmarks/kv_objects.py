@@ -75,7 +75,7 @@ from benchmarks.compare import (  # noqa: E402
     value_of,
     warn_if_noisy,
 )
-from tidings.bench.jetstream import SID_ACKS, Frame, JsConn, JsError  # noqa: E402
+from tidings.bench.jetstream import SID_ACKS, Frame, JsConn, JsError, windowed  # noqa: E402
 from tidings.bench.procstat import CpuWindow  # noqa: E402
 from tidings.bench.report import write_json  # noqa: E402
 from tidings.bench.results import ThroughputResult  # noqa: E402
@@ -209,29 +209,19 @@ def requests(conn: JsConn, frames: list[bytes], window: int, msgs: int, duration
     """Send `frames` in turn, at most `window` unanswered, until `msgs` are answered or
     `duration` (0: none) has passed; the answers of what was sent are awaited."""
     out = Answered()
-    sent = 0
-    start = moved = time.monotonic()
-    wait = conn.timeout if window == 1 else 0.05
-    while out.ok + out.refused < msgs:
-        now = time.monotonic()
-        if duration and sent < msgs and now - start >= duration:
-            msgs = sent
-            continue
-        room = min(window - (sent - out.ok - out.refused), msgs - sent)
-        if room > 0:
-            conn.send(b"".join(frames[(sent + i) % len(frames)] for i in range(room)))
-            sent += room
-        answers = [f for f in conn.read(wait) if f[0] == SID_ACKS]
-        if answers:
-            for frame in answers:
-                why = refusal(frame)
-                out.ok += not why
-                out.refused += bool(why)
-                out.first_refusal = out.first_refusal or why
-            moved = now
-            progress(max(sent / msgs, (now - start) / duration if duration else 0.0), out.ok)
-        elif now - moved > conn.timeout:
-            raise JsError(f"no answer for {conn.timeout:.0f}s ({out.ok} of {sent})")
+
+    def take(frames: list[Frame]) -> int:
+        answers = [f for f in frames if f[0] == SID_ACKS]
+        for frame in answers:
+            why = refusal(frame)
+            out.ok += not why
+            out.refused += bool(why)
+            out.first_refusal = out.first_refusal or why
+        return len(answers)
+
+    windowed(conn, frames, window, msgs, duration, take,
+             lambda done, _: progress(done, out.ok),
+             lambda sent: f"no answer for {conn.timeout:.0f}s ({out.ok} of {sent})")
     return out
 
 

@@ -206,30 +206,48 @@ def publish(conn: JsConn, subject: str, size: int, msgs: int, window: int, durat
             progress: ProgressFn = no_progress) -> Published:
     """Publish with PubAcks, at most ``window`` outstanding, until ``msgs`` are answered or
     ``duration`` (0: none) has passed; the answers of what was sent are awaited."""
-    frame = pub_frame(subject, make_payload(size), conn.ack_inbox.decode())
     out = Published()
-    sent = 0
-    start = time.monotonic()
-    moved = start
+
+    def take(frames: list[Frame]) -> int:
+        before = out.acked + out.errors
+        _count_acks(out, frames)
+        return out.acked + out.errors - before
+
+    windowed(conn, [pub_frame(subject, make_payload(size), conn.ack_inbox.decode())], window,
+             msgs, duration, take, lambda done, _: progress(done, out.acked),
+             lambda sent: f"no PubAck for {conn.timeout:.0f}s ({out.acked} of {sent} "
+                          "acknowledged)")
+    return out
+
+
+def windowed(conn: JsConn, frames: list[bytes], window: int, msgs: int, duration: float,
+             take: Callable[[list[Frame]], int], progress: ProgressFn,
+             stalled: Callable[[int], str]) -> int:
+    """Send `frames` in turn (over again from the first), at most `window` unanswered,
+    until `msgs` are answered or `duration` (0: none) has passed, the answers of what was
+    sent awaited; `take(frames read)` counts the answers among them. JsError with
+    `stalled(sent)` when nothing is answered for the connection's timeout. How many went."""
+    sent = answered = 0
+    start = moved = time.monotonic()
     wait = conn.timeout if window == 1 else 0.05
-    while out.acked + out.errors < msgs:
+    while answered < msgs:
         now = time.monotonic()
         if duration and sent < msgs and now - start >= duration:
             msgs = sent
             continue
-        room = min(window - (sent - out.acked - out.errors), msgs - sent)
+        room = min(window - (sent - answered), msgs - sent)
         if room > 0:
-            conn.send(frame * room)
+            conn.send(frames[0] * room if len(frames) == 1 else
+                      b"".join(frames[(sent + i) % len(frames)] for i in range(room)))
             sent += room
-        frames = conn.read(wait)
-        if frames:
-            _count_acks(out, frames)
+        got = take(conn.read(wait))
+        if got:
+            answered += got
             moved = now
-            progress(max(sent / msgs, (now - start) / duration if duration else 0.0), out.acked)
+            progress(max(sent / msgs, (now - start) / duration if duration else 0.0), answered)
         elif now - moved > conn.timeout:
-            raise JsError(f"no PubAck for {conn.timeout:.0f}s ({out.acked} of {sent} "
-                          "acknowledged)")
-    return out
+            raise JsError(stalled(sent))
+    return sent
 
 
 def _count_acks(out: Published, frames: list[Frame]) -> None:
