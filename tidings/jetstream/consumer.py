@@ -265,9 +265,7 @@ class Consumer:
         self._from_initial = False
         self.created = time.time_ns()
         self.durable = bool(config.get("durable_name"))
-        self.filters = ([config["filter_subject"]] if config.get("filter_subject")
-                        else list(config.get("filter_subjects") or []))
-        self._matches = matcher(self.filters)
+        self._filter_by(config)
         self.cseq = 0  # consumer sequence of the last delivery
         self.dseq = 0  # stream sequence of the last delivery
         self.initial: deque[int] = deque()  # last_per_subject: those first, in order
@@ -309,6 +307,12 @@ class Consumer:
         return [seq for seq in lasts if seq]
 
     # -- deliveries ------------------------------------------------------------------------
+    def _filter_by(self, config: dict[str, Any]) -> None:
+        """Its filters (filter_subject, or filter_subjects) and their matcher."""
+        self.filters = ([config["filter_subject"]] if config.get("filter_subject")
+                        else list(config.get("filter_subjects") or []))
+        self._matches = matcher(self.filters)
+
     def matches(self, subject: str) -> bool:
         return not self.filters or self._matches(subject)
 
@@ -821,9 +825,9 @@ class Consumer:
         return int(self.config.get("ack_wait") or DEFAULT_ACK_WAIT)
 
     # -- acks ------------------------------------------------------------------------------
-    def ack(self, stream_seq: int, payload: bytes) -> str:
-        """An ack on a delivery's reply subject; what it was ("ack", "nak", ...)."""
-        body = payload.strip()
+    def ack(self, stream_seq: int, body: bytes) -> str:
+        """An ack on a delivery's reply subject (`body`: its payload, stripped); what it was
+        ("ack", "nak", ...)."""
         if body == b"+ACK" or not body:  # (the common case first)
             return self._ack_to(stream_seq)
         if body.startswith(b"-NAK"):
@@ -917,9 +921,7 @@ class Consumer:
         """A new configuration (an update the reference allows): its filters, limits,
         metadata; where it is stays."""
         self.config = config
-        self.filters = ([config["filter_subject"]] if config.get("filter_subject")
-                        else list(config.get("filter_subjects") or []))
-        self._matches = matcher(self.filters)
+        self._filter_by(config)
         self._npc = None
         self.pace = Pace.of(config)
         self.pump()
