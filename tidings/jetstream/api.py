@@ -62,6 +62,7 @@ LIST_LIMIT = 256
 SUBJECT_DETAILS_LIMIT = 100_000
 AUDIT_SUBJECT = "$JS.EVENT.ADVISORY.API"
 TICK = 0.1  # seconds between looks at pull requests' expiry and ack waits
+COMPRESS_BUDGET = 0.003  # seconds a tick may spend compressing sealed blocks (all streams)
 SAVE_EVERY = 10  # ticks between saves of durable consumers' positions (and at shutdown)
 
 class JetStream:
@@ -149,8 +150,11 @@ class JetStream:
         sync = time.monotonic() - self._last_sync >= self.config.sync_interval
         if sync:
             self._last_sync = time.monotonic()
+        compress_until = time.perf_counter() + COMPRESS_BUDGET
         for account, streams in self.streams.items():
             for stream in streams.values():
+                if stream.directory:
+                    stream.store.maintain(compress_until)
                 if sync and stream.directory:
                     stream.store.sync()
                 if stream.directory and self._ticks % SAVE_EVERY == 0:
@@ -398,7 +402,7 @@ class JetStream:
                     config.update(max_age=0, discard="new", deny_delete=True, deny_purge=True,
                                   allow_rollup_hdrs=False)
                 self._unsubscribe(account, existing)
-                existing.config = config
+                existing.reconfigure(config)
                 existing.save_config()
                 self._subscribe(account, existing)
                 self._action(account, existing, "modify")

@@ -34,10 +34,12 @@ words (`s2: corrupt input`, `archive: invalid archive stream`, `EOF`).
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from typing import NamedTuple
 
 from ..varint import put_uvarint
+from . import compressed
 
 # -- CRC-32C (Castagnoli), as the s2 stream's chunks carry it ----------------------------------
 
@@ -97,10 +99,8 @@ _U32 = struct.Struct("<I")
 
 
 def frame(data: bytes | bytearray | memoryview) -> bytes:
-    """One uncompressed chunk holding `data` (at most FRAME bytes)."""
-    size = len(data) + 4
-    return (bytes((0x01, size & 0xFF, (size >> 8) & 0xFF, size >> 16))
-            + _U32.pack(masked_crc(data)) + bytes(data))
+    """One chunk holding `data` (at most FRAME bytes), Snappy-compressed (S2 decodes it)."""
+    return compressed.chunk(data)
 
 
 class S2Reader:
@@ -139,6 +139,9 @@ class S2Reader:
             raise FormatError(CORRUPT)
 
     def _chunk(self, kind: int, body: bytes) -> bytes:
+        if kind <= 0x01:  # Snappy's chunks decode in compiled code; S2's own, below
+            with contextlib.suppress(compressed.CorruptChunk):
+                return compressed.decode(_U32.pack(kind | len(body) << 8) + body)
         if kind == 0xFF:
             if body not in (b"S2sTwO", b"sNaPpY"):
                 raise FormatError(CORRUPT)

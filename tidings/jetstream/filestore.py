@@ -31,6 +31,11 @@ length, subject id, timestamp: 24 bytes); messages are read back from disk on :m
 (with one read-ahead buffer). A failed write (a full disk) truncates what it wrote and raises
 :class:`OSError`: nothing is stored, the store stays usable.
 
+With ``compression: s2`` a block, once sealed (the next one started), is rewritten as a
+compressed file (:mod:`.compressed`: chunks of its records that decode to the same bytes), a
+chunk at a time from the caller's timer (:meth:`FileStore.maintain`), then swapped for the
+plain one; offsets stay those of the decoded block, a tombstone for it is appended as a chunk.
+
 Writes reach the OS at once; :meth:`FileStore.sync` fsyncs them (the caller calls it every
 ``sync_interval``; a failure is logged: what it syncs was acknowledged already), or every
 write is fsynced with ``sync_always=True`` (and a new block's directory entry before its
@@ -46,11 +51,12 @@ import struct
 import time
 from array import array
 from bisect import bisect_right
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from pathlib import Path
 from zlib import crc32
 
 from ..fileio import fsync_dir, write_all
+from . import compressed
 from .memstore import StoredMsg, StoreLimits
 
 log = logging.getLogger("tidings.jetstream")
@@ -72,6 +78,7 @@ READ_AHEAD = 64 * 1024
 MAX_OPEN_FILES = 16
 COMPACT_MIN = 64 * 1024  # dead bytes a block must have before it is rewritten
 GAP_ENTRIES = 65536  # skipped sequences kept as index entries; a wider gap starts a block
+CHUNK_CACHE = 8  # decoded chunks of compressed blocks kept for reads
 
 
 def block_size_for(retention: str = "limits", max_bytes: int = -1) -> int:
@@ -128,7 +135,7 @@ class _Block:
     """One block file and the index of its messages: entry i is sequence first + i."""
 
     __slots__ = ("index", "path", "first", "offs", "lens", "sids", "tss", "live", "live_bytes",
-                 "end")
+                 "end", "chunks")
 
     def __init__(self, index: int, path: Path, first: int) -> None:
         self.index, self.path, self.first = index, path, first
@@ -138,7 +145,8 @@ class _Block:
         self.tss = array("q")  # timestamp
         self.live = 0
         self.live_bytes = 0
-        self.end = 0  # the file's length
+        self.end = 0  # the file's length (compressed: its decoded length)
+        self.chunks: compressed.Chunks | None = None  # where a compressed block's chunks are
 
     def add(self, off: int, size: int, sid: int, ts: int) -> None:
         self.offs.append(off)
@@ -169,6 +177,17 @@ class _Recovered:
         self.last_ts = 0
 
 
+class _Compression:
+    """A sealed block being written compressed to a file beside it, a chunk at a time."""
+
+    __slots__ = ("blk", "fd", "tmp", "pos", "chunks")
+
+    def __init__(self, blk: _Block, fd: int, tmp: Path) -> None:
+        self.blk, self.fd, self.tmp = blk, fd, tmp
+        self.pos = 0  # the block's bytes compressed so far
+        self.chunks = compressed.Chunks()
+
+
 class CommitFailed(OSError):
     """A batch's write failed: `lost` are the sequences it had stored (taken back)."""
 
@@ -186,11 +205,16 @@ class FileStore(StoreLimits):
     """
 
     def __init__(self, directory: str | os.PathLike[str], first_seq: int = 1, *,
-                 block_size: int = LARGE_BLOCK, sync_always: bool = False) -> None:
+                 block_size: int = LARGE_BLOCK, sync_always: bool = False,
+                 compress: bool = False) -> None:
         self.dir = Path(directory) / "msgs"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.block_size = block_size
         self.sync_always = sync_always
+        self.compress = compress
+        self._sealed: deque[_Block] = deque()  # blocks waiting to be compressed
+        self._compression: _Compression | None = None
+        self._chunk_cache: OrderedDict[tuple[int, int], bytes] = OrderedDict()
         self.compact_min = COMPACT_MIN
         self.subjects: dict[str, int] = {}  # subject -> messages on it
         self.bytes = 0
@@ -219,6 +243,7 @@ class FileStore(StoreLimits):
         self._failed: tuple[OSError, list[int]] | None = None
         self._gap_block = False  # skip_to: the next message starts a block of its own
         self._recover()
+        self.set_compress(compress)
         if not self._blocks and first_seq > 1:
             self._start_block(first_seq, encode(PBIT | (first_seq - 1), 0, b"", None, b""))
 
@@ -232,10 +257,13 @@ class FileStore(StoreLimits):
         msg = StoredMsg(subject, seq, headers, data, ts if ts is not None else time.time_ns())
         rec = encode(seq, msg.ts, subject.encode(), headers, data)
         blk = self._blocks[-1] if self._blocks else None
-        if blk is None or self._gap_block or (blk.end and blk.end + len(rec) > self.block_size):
+        if blk is None or self._gap_block or blk.chunks is not None or (
+                blk.end and blk.end + len(rec) > self.block_size):
             self._gap_block = False
             self._flush()
             blk, off = self._start_block(seq, rec), 0
+            if self.compress and len(self._blocks) > 1:
+                self._sealed.append(self._blocks[-2])
             if len(self._blocks) > 1 and not self._blocks[-2].live:
                 with contextlib.suppress(OSError):  # else it goes on the next open
                     self._make_durable(blk)  # before the block holding the last sequence goes
@@ -397,8 +425,11 @@ class FileStore(StoreLimits):
         if found is None:
             return None
         blk, i = found
-        buf, pos = self._read(blk, blk.offs[i], blk.lens[i])
-        msg = decode(buf, pos)
+        try:
+            buf, pos = self._read(blk, blk.offs[i], blk.lens[i])
+        except compressed.CorruptChunk:
+            buf, pos = b"", 0
+        msg = decode(buf, pos) if len(buf) - pos >= EMPTY_RECORD else None
         if msg is None or msg.seq != seq:
             log.error("jetstream file store %s: message %d fails its checksum", self.dir, seq)
             return None
@@ -462,9 +493,132 @@ class FileStore(StoreLimits):
         """Sync, then close every file."""
         with contextlib.suppress(OSError):
             self.sync()
+        self._stop_compression()
         while self._fds:
             os.close(self._fds.popitem()[1])
         self._rcache = None
+
+    # -- compression ---------------------------------------------------------------------
+    def set_compress(self, on: bool) -> None:
+        """Compress sealed blocks from now on (those sealed before too), or no more blocks."""
+        self.compress = on
+        if not on:
+            self._sealed.clear()
+            self._stop_compression()
+            return
+        self._sealed = deque(b for b in self._blocks[:-1] if b.chunks is None)
+
+    def maintain(self, deadline: float) -> None:
+        """Compress sealed blocks a chunk at a time until `deadline` (time.perf_counter)."""
+        while time.perf_counter() < deadline and self.compress_step():
+            pass
+
+    def compress_step(self) -> bool:
+        """Compress one chunk of the block being compressed (or swap the block for its
+        compressed file once that is whole and synced); False when nothing is left to do."""
+        job = self._compression
+        while job is None:
+            if not self._sealed:
+                return False
+            job = self._start_compression(self._sealed.popleft())
+        blk = job.blk
+        try:
+            if job.pos < blk.end:
+                data = os.pread(self._fd(blk), min(compressed.CHUNK, blk.end - job.pos),
+                                job.pos)
+                if not data:
+                    raise OSError(f"block {blk.index} ends before {blk.end} bytes")
+                piece = compressed.chunk(data)
+                write_all(job.fd, piece)
+                job.chunks.add(len(data), len(piece))
+                job.pos += len(data)
+            else:
+                self._finish_compression(job)
+        except OSError as exc:
+            log.warning("jetstream file store %s: block %d not compressed: %s",
+                        self.dir, blk.index, exc)
+            self._stop_compression()
+        return True
+
+    def _start_compression(self, blk: _Block) -> _Compression | None:
+        if blk.chunks is not None or blk not in self._blocks or blk is self._blocks[-1]:
+            return None
+        tmp = blk.path.with_suffix(".tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o640)
+        except OSError as exc:
+            log.warning("jetstream file store %s: block %d not compressed: %s",
+                        self.dir, blk.index, exc)
+            return None
+        job = self._compression = _Compression(blk, fd, tmp)
+        try:
+            write_all(fd, compressed.IDENTIFIER)
+        except OSError as exc:
+            log.warning("jetstream file store %s: block %d not compressed: %s",
+                        self.dir, blk.index, exc)
+            self._stop_compression()
+            return None
+        return job
+
+    def _finish_compression(self, job: _Compression) -> None:
+        """The compressed file in the block's place (synced first: the rename may reach the
+        disk before its data would otherwise)."""
+        os.fsync(job.fd)
+        os.close(job.fd)
+        self._compression = None
+        blk = job.blk
+        try:
+            os.replace(job.tmp, blk.path)
+        except OSError:
+            job.tmp.unlink(missing_ok=True)
+            raise
+        self._close_fd(blk.index)
+        self._dirty.discard(blk.index)  # (what it had written is in the synced file)
+        blk.chunks = job.chunks
+        with contextlib.suppress(OSError):  # (the old file or the new: both hold the same)
+            self._dir_changed()
+
+    def _stop_compression(self, blk: _Block | None = None) -> None:
+        """Give up the block being compressed (if it is `blk`, when given)."""
+        job = self._compression
+        if job is None or (blk is not None and job.blk is not blk):
+            return
+        self._compression = None
+        os.close(job.fd)
+        job.tmp.unlink(missing_ok=True)
+
+    def _read_chunks(self, blk: _Block, off: int, size: int) -> tuple[bytes, int]:
+        """The record at decoded offset `off` of a compressed block (CorruptChunk if a
+        chunk it is in does not decode)."""
+        chunks = blk.chunks
+        assert chunks is not None
+        k = chunks.find(off)
+        data = self._chunk(blk, k)
+        start = off - chunks.starts[k]
+        if start + size <= len(data):
+            return data, start
+        parts, got = [data[start:]], len(data) - start
+        while got < size:  # (a record that spans chunks)
+            k += 1
+            data = self._chunk(blk, k)
+            parts.append(data)
+            got += len(data)
+        return b"".join(parts), 0
+
+    def _chunk(self, blk: _Block, k: int) -> bytes:
+        key = (blk.index, k)
+        cache = self._chunk_cache
+        data = cache.get(key)
+        if data is not None:
+            cache.move_to_end(key)
+            return data
+        chunks = blk.chunks
+        assert chunks is not None
+        data = compressed.decode(os.pread(self._fd(blk), chunks.lens[k], chunks.offs[k]))
+        cache[key] = data
+        if len(cache) > CHUNK_CACHE:
+            cache.popitem(last=False)
+        return data
 
     # -- blocks and files ----------------------------------------------------------------
     def subject_of(self, seq: int) -> str | None:
@@ -515,6 +669,9 @@ class FileStore(StoreLimits):
         self._remove_file(blk)
 
     def _remove_file(self, blk: _Block) -> None:
+        self._stop_compression(blk)
+        with contextlib.suppress(ValueError):
+            self._sealed.remove(blk)
         self._close_fd(blk.index)
         self._dirty.discard(blk.index)
         with contextlib.suppress(FileNotFoundError):
@@ -559,6 +716,8 @@ class FileStore(StoreLimits):
             os.close(fd)
         if self._rcache is not None and self._rcache[0] == index:
             self._rcache = None
+        for key in [key for key in self._chunk_cache if key[0] == index]:
+            del self._chunk_cache[key]
 
     # -- group commit ----------------------------------------------------------------------
     def begin(self) -> None:
@@ -628,16 +787,19 @@ class FileStore(StoreLimits):
             self._buf += rec
             blk.end = off + len(rec)
             return off
-        fd, off = self._fd(blk), blk.end
+        fd, off, chunks = self._fd(blk), blk.end, blk.chunks
+        data, at = (rec, off) if chunks is None else (compressed.chunk(rec), chunks.file_end)
         try:
-            write_all(fd, rec)
+            write_all(fd, data)
             if self.sync_always:
                 os.fsync(fd)
         except OSError:
             with contextlib.suppress(OSError):
-                os.ftruncate(fd, off)
+                os.ftruncate(fd, at)
             self._rcache = None
             raise
+        if chunks is not None:
+            chunks.add(len(rec), len(data))
         blk.end = off + len(rec)
         if not self.sync_always:
             self._dirty.add(blk.index)
@@ -645,6 +807,8 @@ class FileStore(StoreLimits):
 
     def _read(self, blk: _Block, off: int, size: int) -> tuple[bytes, int]:
         """A buffer holding the record at off, and its position in it."""
+        if blk.chunks is not None:
+            return self._read_chunks(blk, off, size)
         if blk is self._buf_blk and off >= self._buf_start:
             start = off - self._buf_start
             return bytes(self._buf[start:start + size]), 0
@@ -658,9 +822,15 @@ class FileStore(StoreLimits):
         return buf, 0
 
     def _compact(self, blk: _Block) -> None:
-        """Rewrite a block with its live messages only (a crash leaves the old or the new)."""
+        """Rewrite a block with its live messages only (a crash leaves the old or the new);
+        a compressed one is written plain, and compressed again later."""
+        self._stop_compression(blk)
         with open(blk.path, "rb") as f:
-            old = f.read()
+            old: bytes | bytearray = f.read()
+        if blk.chunks is not None:
+            old, _, _, why = compressed.read(old)  # type: ignore[arg-type]
+            if why:
+                return  # (a block whose chunks do not all read is left as it is)
         tmp = blk.path.with_suffix(".tmp")
         offs, out, pos = array("q"), bytearray(), 0
         for off, size in zip(blk.offs, blk.lens, strict=True):
@@ -683,6 +853,10 @@ class FileStore(StoreLimits):
         self._dirty.discard(blk.index)
         os.replace(tmp, blk.path)
         blk.offs, blk.end = offs, len(out)
+        if blk.chunks is not None:
+            blk.chunks = None
+            if self.compress and blk not in self._sealed:
+                self._sealed.append(blk)
         with contextlib.suppress(OSError):  # (the old block or the new: both hold the same)
             self._dir_changed()
 
@@ -711,7 +885,7 @@ class FileStore(StoreLimits):
     # -- opening -------------------------------------------------------------------------
     def _recover(self) -> None:
         for p in self.dir.glob("*.tmp"):
-            p.unlink()  # a compaction cut short: its block is still whole
+            p.unlink()  # a compaction or compression cut short: its block is still whole
         found: list[tuple[_Block, _Recovered]] = []
         for index, path in sorted(
                 (int(p.stem), p) for p in self.dir.glob("*.blk") if p.stem.isdigit()):
@@ -758,23 +932,38 @@ class FileStore(StoreLimits):
             self._count += 1
 
     def _read_block(self, index: int, path: Path) -> tuple[_Block, _Recovered]:
-        buf = path.read_bytes()
+        buf: bytes | bytearray = path.read_bytes()
         blk, rec = _Block(index, path, 0), _Recovered()
+        if compressed.is_compressed(buf):
+            buf, blk.chunks = self._decompress_block(path, buf)  # type: ignore[arg-type]
         pos, size = 0, len(buf)
         while pos < size:
             rl = self._record_at(buf, pos, path)
             if rl is None:
-                self._truncate(path, pos, size)
+                if blk.chunks is None:
+                    self._truncate(path, pos, size)
                 break
             if rl < 0:
                 pos -= rl
                 continue
             self._take(blk, rec, buf, pos, rl)
             pos += rl
-        blk.end = pos
+        blk.end = pos if blk.chunks is None else blk.chunks.decoded
         if not blk.offs:
             blk.first = max(rec.purged, rec.last_seq) + 1
         return blk, rec
+
+    def _decompress_block(self, path: Path, raw: bytes) -> tuple[bytearray, compressed.Chunks]:
+        """A compressed block's records; a chunk cut short at its end (a crash while a
+        tombstone was appended) is truncated, as a torn record is."""
+        buf, chunks, good, why = compressed.read(raw)
+        if why == "torn":
+            self._truncate(path, good, len(raw))
+        elif why:
+            log.error("jetstream file store %s: chunk at offset %d does not decode: the "
+                      "block's records after it are not read", path, good)
+            chunks.file_end = len(raw)  # (appends go after it)
+        return buf, chunks
 
     @staticmethod
     def _record_at(buf: bytes, pos: int, path: Path) -> int | None:

@@ -281,7 +281,8 @@ class Stream:
             self.store = FileStore(self.directory, config.get("first_seq") or 1,
                                    block_size=block_size_for(config["retention"],
                                                              config["max_bytes"]),
-                                   sync_always=sync_always)
+                                   sync_always=sync_always,
+                                   compress=config.get("compression") == "s2")
             if not saved:  # (read back from disk, it is not written again: on a full disk
                 self.save_config()  # the stream must still be served)
         else:
@@ -303,6 +304,12 @@ class Stream:
     @property
     def name(self) -> str:
         return str(self.config["name"])
+
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        """An update's configuration in force (saved by the caller)."""
+        self.config = config
+        if self.directory:
+            self.store.set_compress(config.get("compression") == "s2")
 
     def save_config(self) -> None:
         """Its configuration on disk (a file stream's), written whole then renamed."""

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from tests.faultydisk import file_size_limit
 from tests.harness import start_configured
+from tidings.jetstream import compressed
 from tidings.jetstream.filestore import (
     EMPTY_RECORD,
     LARGE_BLOCK,
@@ -410,6 +411,7 @@ OPS = [  # (weight, strategy)
                    st.sampled_from([-1, 1, 2]), st.sampled_from(SUBJECTS))),
     (8, st.tuples(st.just("reopen"))),
     (5, st.tuples(st.just("purge"))),
+    (15, st.tuples(st.just("compress"), st.integers(1, 20))),  # steps (with compression on)
 ]
 
 
@@ -421,15 +423,23 @@ def _pick(r: int) -> st.SearchStrategy[tuple]:
     raise AssertionError(r)
 
 
-op = st.integers(0, 99).flatmap(_pick)
+op = st.integers(0, sum(weight for weight, _ in OPS) - 1).flatmap(_pick)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=20, max_size=150), first_seq=st.sampled_from([1, 7]))
+@pytest.mark.parametrize("compress", [False, True])
 def test_same_state_as_the_memory_store(tmp_path_factory: pytest.TempPathFactory,
-                                        ops: list[tuple], first_seq: int) -> None:
+                                        monkeypatch: pytest.MonkeyPatch,
+                                        ops: list[tuple], first_seq: int,
+                                        compress: bool) -> None:
+    """Also with compressed blocks (chunks of 128 bytes: records span them) compressed a
+    step at a time between the other operations."""
+    monkeypatch.setattr(compressed, "CHUNK", 128)
     path = tmp_path_factory.mktemp("fs")
-    mem, fs = MemoryStore(first_seq), FileStore(path, first_seq, block_size=600)
+    mem = MemoryStore(first_seq)
+    fs = FileStore(path, first_seq, block_size=600, compress=compress)
     fs.compact_min = 0
     for i, (kind, *args) in enumerate(ops):
         if kind == "store":
@@ -444,8 +454,11 @@ def test_same_state_as_the_memory_store(tmp_path_factory: pytest.TempPathFactory
         elif kind == "enforce":
             for store in (mem, fs):
                 store.enforce(args[0], -1, args[1], args[2], args[3])
+        elif kind == "compress":
+            for _ in range(args[0]):
+                fs.compress_step()
         else:
-            fs = reopen(fs)
+            fs = reopen(fs, compress=compress)
             fs.compact_min = 0
         assert state(fs) == state(mem)
         assert fs.bytes == sum(msg_size(m.subject, m.headers, m.data) for m in mem.msgs.values())
