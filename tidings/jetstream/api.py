@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..config.accounts import JetStreamLimits
@@ -77,6 +78,7 @@ class JetStream:
         self._auditing: tuple[Any, bytes, bytes | None, bytes] | None = None
         self._expiries: dict[Stream, EarliestTimer] = {}  # each stream's timer at its next expiry
         self._to_pump: dict[Consumer, None] = {}  # consumers acked this turn (pumped at flush)
+        self._holding = False  # in a turn of _turn's: what is sent waits for its one flush
         self._open: dict[Stream, list[tuple[Account, bytes | None, dict[str, Any]]]] = {}
         self.copier = Copier(self._store_copy, self._soon)  # mirrors and sources
         # Streams a restore is opening in a worker thread (snapshot.py): their names taken.
@@ -142,7 +144,23 @@ class JetStream:
             log.info("  Restored %d messages for stream %s > %s", stream.store.count,
                      account.name, stream.name)
 
+    def _turn(self, work: Callable[[], None]) -> None:
+        """`work` on a turn of the loop no client's read began (a timer's): what it sends
+        goes out with one flush at its end, as a read's does, not a write a message."""
+        if self._holding or self.server.reader is not None:
+            work()
+            return
+        self._holding = True
+        try:
+            work()
+        finally:
+            self._holding = False
+            self.server.flush()
+
     def _tick(self) -> None:
+        self._turn(self._ticked)
+
+    def _ticked(self) -> None:
         """Expired pull requests, ack waits that passed, idle ephemeral consumers."""
         self._commit()  # (a batch no flush has ended yet)
         self._timer = self.server.loop.call_later(TICK, self._tick)
@@ -168,8 +186,6 @@ class JetStream:
                         del stream.consumers[consumer.name]
                         consumer.close()
                         self._action(account, stream, "delete", consumer.name)
-        if self.server.reader is None:
-            self.server.flush()
 
     def _inactive(self, account: Account, consumer: Consumer) -> bool:
         """An ephemeral consumer nobody used (pulled from, or listens to) for its
@@ -590,7 +606,7 @@ class JetStream:
                       config: dict[str, Any]) -> Consumer:
         """A consumer whose timers (its pull requests' expiry and heartbeats) run on the
         server's loop at the time they are due."""
-        timer = EarliestTimer(self.server.loop, lambda: consumer.on_timer())
+        timer = EarliestTimer(self.server.loop, lambda: self._turn(consumer.on_timer))
         consumer = Consumer(stream, name, config, self._sender(account), account.listened,
                             timer.at,
                             self._advisor(account))
@@ -599,8 +615,8 @@ class JetStream:
 
     def _pump_soon(self, consumer: Consumer) -> None:
         self._to_pump[consumer] = None
-        if self.server.reader is None:  # (outside a client's read: no flush is coming)
-            self._commit()
+        if self.server.reader is None and not self._holding:  # (no flush is coming)
+            self._turn(self._commit)
 
     def _advisor(self, account: Account) -> Any:
         """A consumer's advisories, published in its account when someone listens, with
@@ -670,7 +686,7 @@ class JetStream:
             else:
                 frame, plain = msg_frame(b"MSG ", subj, rep, data), None
             server.route(None, target.encode(), rep, frame, plain, None, account)
-            if server.reader is None:
+            if server.reader is None and not self._holding:
                 server.flush()
 
         return send
@@ -798,13 +814,7 @@ class JetStream:
 
     def _soon(self, work: Any) -> None:
         """`work` on a later turn of the loop, what it stored flushed after it."""
-        server = self.server
-
-        def run() -> None:
-            work()
-            if server.reader is None:
-                server.flush()
-        server.loop.call_soon(run)
+        self.server.loop.call_soon(self._turn, work)
 
     def _capture(self, account: Account, stream: Stream, subject: bytes, reply: bytes | None,
                  headers: bytes | None, payload: bytes) -> None:

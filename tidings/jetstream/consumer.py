@@ -31,7 +31,7 @@ ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER"
 _nuid = NUID()
 
 
-PUMP_BUDGET = 4 * 1024 * 1024  # bytes one pump sends before it gives the loop back
+PUMP_BUDGET = 256 * 1024  # bytes one pump sends before it gives the loop back (and a flush)
 FLOW_LIMIT = 32 * 1024 * 1024  # the reference's JsFlowControlMaxPending
 
 
@@ -250,6 +250,7 @@ class Consumer:
         self.name = name
         self._ack_prefix = f"$JS.ACK.{stream.name}.{name}."  # each delivery's reply starts so
         self.config = config
+        self._derive(config)
         self.send = send
         self.interest = interest  # whether anyone listens to a subject (a target, a reply)
         self.wake = wake  # the caller calls on_timer() at this monotonic time (or soon after)
@@ -343,8 +344,8 @@ class Consumer:
         return None
 
     def _may_deliver(self) -> bool:
-        limit = self.config.get("max_ack_pending", -1)
-        return self.redeliver or not (limit and limit > 0 and len(self.pending) >= limit)
+        limit = self._max_ack_pending
+        return bool(self.redeliver) or not limit or len(self.pending) < limit
 
     def _unget(self, msg: StoredMsg) -> None:
         """Put back what _next_message gave (no pull request could take it)."""
@@ -377,6 +378,8 @@ class Consumer:
         budget = PUMP_BUDGET  # bytes one call sends at most: the rest on the next turn
         flow = self.flow
         pace = self.pace
+        now = time.time_ns()  # (one time for the deliveries of one call)
+        sent = False
         while self._may_deliver() and (target or self.waiting):
             if budget <= 0:
                 self.wake(time.monotonic())
@@ -399,7 +402,8 @@ class Consumer:
                 break
             budget -= size
             if target:
-                self._deliver(msg, target, ack, headers, data)
+                self._deliver(msg, target, ack, headers, data, now)
+                sent = True
                 if flow is not None and flow.delivered(size):
                     self._status(target, b"100 FlowControl Request", reply_to=flow.request(
                         f"$JS.FC.{self.stream.name}.{self.name}."))
@@ -410,8 +414,12 @@ class Consumer:
                 break
             if self.config.get("priority_policy") == "pinned_client":
                 headers = _with_header(headers, "Nats-Pin-Id", self.pin_id)
-            self._deliver(msg, request.reply, ack, headers, data)
+            self._deliver(msg, request.reply, ack, headers, data, now)
+            sent = True
             self._pop(request)
+        if sent:
+            self.last_active = now
+            self.last_sent = time.monotonic()
         if end_of_stream:
             self._end_no_waits()
 
@@ -588,34 +596,35 @@ class Consumer:
             cseq, count = entry.cseq, entry.deliveries + 1
         else:
             cseq, count = self.cseq + 1, 1
-        ack = f"{self._ack_prefix}{count}.{msg.seq}.{cseq}.{msg.ts}.{self.num_pending()}"
+        npc = self._npc
+        pending = npc + len(self.initial) if npc is not None else self.num_pending()
+        ack = f"{self._ack_prefix}{count}.{msg.seq}.{cseq}.{msg.ts}.{pending}"
         headers, data = msg.headers, msg.data
-        if self.config.get("headers_only"):
+        if self._headers_only:
             size = f"Nats-Msg-Size: {len(data)}\r\n".encode()
             headers = (headers[:-2] if headers else b"NATS/1.0\r\n") + size + b"\r\n"
             data = b""
         return ack, headers, data
 
     def _deliver(self, msg: StoredMsg, target: str, ack: str, headers: bytes | None,
-                 data: bytes) -> None:
-        now = time.time_ns()
-        entry = self.pending.get(msg.seq)
+                 data: bytes, now: int) -> None:
+        seq = msg.seq
+        entry = self.pending.get(seq)
         if entry is not None:
             entry.deliveries += 1
             entry.ts = now
             self.redelivered += 1
         else:
             self.cseq += 1
-            if self.config["ack_policy"] != "none":
-                self.pending[msg.seq] = Pending(self.cseq, now, 1)
+            if not self._acked_at_once:
+                self.pending[seq] = Pending(self.cseq, now, 1)
             else:
-                self.ack_floor = (self.cseq, msg.seq)
-                self.stream.acked(msg.seq)
-        if msg.seq > self.dseq:
-            self.dseq = msg.seq
-        self.last_active = now
+                self.ack_floor = (self.cseq, seq)
+                if self.stream.removes_acked:
+                    self.stream.acked(seq)
+        if seq > self.dseq:
+            self.dseq = seq
         self.send(target, msg.subject, ack, headers, data)
-        self.last_sent = time.monotonic()
 
     def heartbeat(self) -> None:
         """Idle heartbeats: to each waiting pull request that asked for them, and a push
@@ -921,10 +930,18 @@ class Consumer:
         """A new configuration (an update the reference allows): its filters, limits,
         metadata; where it is stays."""
         self.config = config
+        self._derive(config)
         self._filter_by(config)
         self._npc = None
         self.pace = Pace.of(config)
         self.pump()
+
+    def _derive(self, config: dict[str, Any]) -> None:
+        """What each delivery looks at in its configuration, looked up once."""
+        limit = config.get("max_ack_pending", -1)
+        self._max_ack_pending = limit if limit and limit > 0 else 0
+        self._acked_at_once = config["ack_policy"] == "none"
+        self._headers_only = bool(config.get("headers_only"))
 
     def push_bound(self) -> bool:
         """A push consumer someone listens to (its deliver subject has a subscriber)."""

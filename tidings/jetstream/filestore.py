@@ -52,6 +52,7 @@ import time
 from array import array
 from bisect import bisect_right
 from collections import OrderedDict, deque
+from functools import partial
 from pathlib import Path
 from zlib import crc32
 
@@ -113,22 +114,26 @@ def encode(seq_field: int, ts: int, subject: bytes, headers: bytes | None, data:
     return body + TRAIL.pack(crc32(body), rl)
 
 
-def decode(buf: bytes, pos: int = 0) -> StoredMsg | None:
-    """The message record at ``pos`` (None when its checksum fails)."""
-    word, seq_field, ts, slen = HEAD.unpack_from(buf, pos)
-    rl = word & ~HBIT
-    end = pos + rl - TRAIL.size
-    if end > len(buf) or crc32(buf[pos:end]) != TRAIL.unpack_from(buf, end)[0]:
+_new_msg = partial(tuple.__new__, StoredMsg)  # (a StoredMsg from a tuple, without its __new__)
+
+
+def decode(buf: bytes, pos: int = 0, *, _head=HEAD.unpack_from,  # noqa: ANN001
+           _u32=HLEN.unpack_from, _crc=crc32,
+           _msg=_new_msg) -> StoredMsg | None:
+    """The message record at ``pos`` (None when its checksum fails). (On every read of a
+    file stream: the struct methods are bound once.)"""
+    word, seq_field, ts, slen = _head(buf, pos)
+    end = pos + (word & ~HBIT) - TRAIL.size
+    if end > len(buf) or _crc(buf[pos:end]) != _u32(buf, end)[0]:
         return None
     p = pos + HEAD.size
-    subject = buf[p:p + slen].decode("utf-8", "replace")
-    p += slen
-    headers = None
+    q = p + slen
+    subject = str(buf[p:q], "utf-8", "replace")
     if word & HBIT:
-        (hlen,) = HLEN.unpack_from(buf, p)
-        headers = buf[p + HLEN.size:p + HLEN.size + hlen]
-        p += HLEN.size + hlen
-    return StoredMsg(subject, seq_field & SEQ_MASK, headers, buf[p:end], ts)
+        h = q + HLEN.size
+        q = h + _u32(buf, q)[0]
+        return _msg((subject, seq_field & SEQ_MASK, buf[h:q], buf[q:end], ts))
+    return _msg((subject, seq_field & SEQ_MASK, None, buf[q:end], ts))
 
 
 class _Block:
@@ -421,12 +426,14 @@ class FileStore(StoreLimits):
 
     # -- reading -------------------------------------------------------------------------
     def get(self, seq: int) -> StoredMsg | None:
-        found = self._locate(seq)
-        if found is None:
+        if seq < self.first_seq or seq > self.last_seq:  # (_locate's, inline: every read)
             return None
-        blk, i = found
+        blk = self._blocks[bisect_right(self._firsts, seq) - 1]
+        i = seq - blk.first
+        if i >= len(blk.offs) or (off := blk.offs[i]) < 0:
+            return None
         try:
-            buf, pos = self._read(blk, blk.offs[i], blk.lens[i])
+            buf, pos = self._read(blk, off, blk.lens[i])
         except compressed.CorruptChunk:
             buf, pos = b"", 0
         msg = decode(buf, pos) if len(buf) - pos >= EMPTY_RECORD else None

@@ -410,6 +410,7 @@ class Stream:
     def config(self, config: dict[str, Any]) -> None:
         """(A new configuration: its transforms made once.)"""
         self._config = config
+        self.removes_acked = config["retention"] != "limits"  # (acks remove messages)
         given = config.get("subject_transform") or {}
         self._input = transform_for(given.get("src") or ">", given["dest"]) \
             if given.get("dest") else None
