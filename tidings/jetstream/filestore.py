@@ -453,9 +453,10 @@ class FileStore(StoreLimits):
         if sid is None:
             return 0
         hint = self._last_hint.get(sid)  # (never before the subject's last message)
-        if hint is not None:
-            found = self._locate(hint)
-            if found is not None and found[0].sids[found[1]] == sid:
+        if hint is not None and self.first_seq <= hint <= self.last_seq:  # (_locate, inline)
+            blk = self._blocks[bisect_right(self._firsts, hint) - 1]
+            i = hint - blk.first
+            if i < len(blk.offs) and blk.offs[i] >= 0 and blk.sids[i] == sid:
                 return hint
         start = min(self._last_hint.get(sid, self.last_seq), self.last_seq)
         k = bisect_right(self._firsts, start) - 1
