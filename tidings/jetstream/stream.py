@@ -50,6 +50,7 @@ _CHOICES = {"retention": ("limits", "interest", "workqueue"), "discard": ("old",
 # Fields tidings does not build yet: a stream asking for them is refused by name.
 NOT_BUILT = ("placement", "allow_msg_counter", "allow_atomic",
              "allow_msg_schedules", "allow_batched", "persist_mode")
+MAX_NAME = 255  # bytes (JSMaxNameLen)
 MAX_DESCRIPTION = 4 * 1024
 MS100 = NS // 10
 
@@ -62,8 +63,14 @@ def normalize(raw: dict[str, Any], name: str) -> dict[str, Any]:
     given = raw.get("name") or ""
     if given and given != name:
         raise errors.STREAM_MISMATCH()
-    if not _valid_name(name):
+    if "/" in name or "\\" in name:  # (the API's own check, before the configuration's)
         raise errors.STREAM_NAME_CONTAINS_PATH_SEPARATORS()
+    if not valid_asset_name(name):
+        raise errors.STREAM_INVALID_CONFIG(
+            err="stream name is required and can not contain '.', '*', '>', '\\', '/'")
+    if len(name.encode()) > MAX_NAME:
+        raise errors.STREAM_INVALID_CONFIG(
+            err=f"stream name is too long, maximum allowed is {MAX_NAME}")
     for field in NOT_BUILT:
         if raw.get(field) and not (field == "persist_mode" and raw[field] == "default"):
             raise errors.STREAM_INVALID_CONFIG(err=f"stream {field} is not supported by tidings yet")
@@ -244,13 +251,11 @@ def _ordered(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def valid_asset_name(name: str) -> bool:
-    """A stream's, consumer's or source's name as the reference takes one: not empty, no
-    blank, `.`, `*`, `>` or path separator."""
-    return bool(name) and not any(c in name for c in " \t\r\n.*>/\\")
+    """A stream's, consumer's or source's name as the reference takes one (its
+    isValidAssetName): not empty, no space, tab, CR, LF, form feed, `.`, `*`, `>` or path
+    separator."""
+    return bool(name) and not any(c in name for c in " \t\r\n\f.*>/\\")
 
-
-def _valid_name(name: str) -> bool:
-    return valid_asset_name(name) and len(name) <= 255
 
 
 def same_config(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -11,6 +11,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..config.server import MAX_PAYLOAD_LIMIT
@@ -121,6 +122,7 @@ INTERNAL_CONTROL_LINE = 64 * 1024
 # The interest cache the compiled PUB scanner reads for a client whose publishes are mapped:
 # empty, so that it skips none (it only reads it).
 _NEVER_UNROUTED: dict[bytes, Any] = {}
+PubHandler = Callable[[bytes, bytes | None, bytes], None]
 
 # The first server PING after CONNECT.
 FIRST_PING_INTERVAL = 2.0
@@ -327,16 +329,20 @@ class ClientConnection(Connection):
         (on the subject as published): a client whose publishes are checked must have each
         one seen; one whose publishes are mapped keeps the compiled path with an interest
         cache that never says "nobody" (the mapped subject may have listeners)."""
+        self.parser.route_pubs_to(*self.publish_path())
+
+    def publish_path(self) -> tuple[PubHandler, bool]:
+        """bind_publishing's choice (the parser told which interest cache to read): the
+        handler of our PUBs and whether the compiled path may skip those nobody listens to."""
         parser = self.parser
         if self.account.mappings is not None:
             parser.watch_interest((_NEVER_UNROUTED, EMPTY_RESULT))
-            parser.route_pubs_to(self._mapped_pub, skip_unrouted=self.skips_unrouted)
-            return
+            return self._mapped_pub, self.skips_unrouted
         parser.watch_interest((self.account.sublist.cache, EMPTY_RESULT))
         rights = self.rights
         checked = rights is not None and rights.limits_publish
-        parser.route_pubs_to(self._checked_pub if checked else self.on_pub,
-                             skip_unrouted=self.skips_unrouted and not checked)
+        return (self._checked_pub if checked else self.on_pub,
+                self.skips_unrouted and not checked)
 
     def _limit(self, login: Login) -> None:
         """The login's own limits: subscriptions, payload, and when it expires."""
@@ -467,14 +473,23 @@ class ClientConnection(Connection):
         if rights is None or not rights.limits_publish or self.may_publish(subject):
             self.on_pub(subject, reply, payload)
 
-    def mapped(self, subject: bytes) -> bytes:
+    def mapped(self, subject: bytes, trace: MsgTrace | None = None) -> bytes:
         """The subject a message we publish to `subject` goes to (our account's subject
-        mappings; b"" for a share a mapping drops)."""
+        mappings; b"" for a share a mapping drops). A mapping that applies (also one that
+        leaves the subject as it was) is an event of the message's `trace`."""
         mappings = self.account.mappings
         if mappings is None:
             return subject
         found = mappings.select(subject)
-        return subject if found is None else found
+        if found is None:
+            return subject
+        self.mapping_applied(subject, found, trace)
+        return found
+
+    def mapping_applied(self, subject: bytes, to: bytes, trace: MsgTrace | None) -> None:
+        """A subject mapping took our message from `subject` to `to`."""
+        if trace is not None:
+            trace.mapped(to)
 
     def on_unsub(self, sid: bytes, max_msgs: int) -> None:
         self.unsubscribe(sid, max_msgs)
@@ -508,7 +523,7 @@ class ClientConnection(Connection):
                 return  # dropped, as the reference drops it
             hdr_len, data, trace = traced
         if self.account.mappings is not None:
-            subject = self.mapped(subject)  # (after the trace began: it names the published)
+            subject = self.mapped(subject, trace)  # (after the trace began: it names the published)
         if self.rights is not None and not self.may_publish(subject, trace):
             return
         if self.verbose:

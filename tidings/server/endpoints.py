@@ -31,33 +31,6 @@ if TYPE_CHECKING:
 
 _NS = 1_000_000_000
 
-# The options of each endpoint as the reference's JSON names them (its *Options structs,
-# with EventFilterOptions for the $SYS requests), and their Go types, for decoding a $SYS
-# request's body as the reference does (sysaccount.py).
-FILTER_OPTIONS = {"server_name": "string", "cluster": "string", "host": "string",
-                  "exact_match": "bool", "tags": "[]string", "domain": "string"}
-OPTIONS: dict[str, dict[str, str]] = {
-    "connz": {"sort": "server.SortOpt", "auth": "bool", "subscriptions": "bool",
-              "subscriptions_detail": "bool", "offset": "int", "limit": "int", "cid": "uint64",
-              "mqtt_client": "string", "state": "server.ConnState", "user": "string",
-              "acc": "string", "filter_subject": "string"},
-    "subsz": {"offset": "int", "limit": "int", "subscriptions": "bool", "account": "string",
-              "test": "string"},
-    "routez": {"subscriptions": "bool", "subscriptions_detail": "bool"},
-    "accountz": {"account": "string"},
-    "accstatz": {"accounts": "[]string", "include_unused": "bool"},
-    "healthz": {"js-enabled": "bool", "js-enabled-only": "bool", "js-server-only": "bool",
-                "js-meta-only": "bool", "account": "string", "stream": "string",
-                "consumer": "string", "details": "bool"},
-    "varz": {}, "statsz": {}, "info": {}, "gatewayz": {"accounts": "bool",
-                                                       "account_name": "string"},
-    "leafz": {"subscriptions": "bool", "account": "string"},
-    "jsz": {"account": "string", "accounts": "bool", "streams": "bool", "consumer": "bool",
-            "direct_consumer": "bool", "config": "bool", "leader_only": "bool",
-            "offset": "int", "limit": "int", "raft": "bool", "stream_leader_only": "bool"},
-    "raftz": {"account": "string", "group": "string"},
-}
-
 # ConnzOptions.state
 OPEN, CLOSED, ALL = 0, 1, 2
 _STATES = {"open": OPEN, "closed": CLOSED, "any": ALL, "all": ALL}

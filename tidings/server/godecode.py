@@ -3,8 +3,8 @@
 The reference decodes requests into typed structs: a string where a number belongs, a number
 too large for its field, an unknown enum value or (strictly) an unknown field is refused, and
 tidings says what Go says. `decode` walks a parsed body against a schema of Go field types
-(the structs themselves live beside their users, e.g. jetstream/schemas.py), returns it with
-field names as the schema spells them (Go matches them without regard to case) and raises
+(the structs themselves live beside their users: jetstream/schemas.py, sysaccount.py), returns
+it with field names as the schema spells them (Go matches them without regard to case) and raises
 GoJsonError with the words of the first fault in the document; `syntax_error` gives Go's
 words for a body that is no JSON at all.
 
@@ -155,11 +155,12 @@ def _value(value: Any, kind: Any, path: str, strict: bool) -> Any:
     if isinstance(kind, List):
         if not isinstance(value, list):
             raise _mismatch(json_kind(value), _go_name(kind), path)
-        return [_value(item, kind.item, f"{path}.{i}", strict) for i, item in enumerate(value)]
+        return [_element(item, kind.item, f"{path}.{i}", strict)
+                for i, item in enumerate(value)]
     if isinstance(kind, Map):
         if not isinstance(value, dict):
             raise _mismatch(json_kind(value), _go_name(kind), path)
-        return {key: _value(item, kind.value, f"{path}.{key}", strict)
+        return {key: _element(item, kind.value, f"{path}.{key}", strict)
                 for key, item in value.items()}
     if isinstance(kind, Struct):
         if not isinstance(value, dict):
@@ -167,21 +168,35 @@ def _value(value: Any, kind: Any, path: str, strict: bool) -> Any:
         out: dict[str, Any] = {}
         for key, item in value.items():
             name = _field(kind, key)
-            if name:
-                out[name] = _value(item, kind.fields[name], f"{path}.{name}", strict)
+            if name:  # (Go's errors name the field as the body spells it)
+                out[name] = _value(item, kind.fields[name], f"{path}.{key}", strict)
             elif strict:
                 raise GoJsonError(f'json: unknown field "{key}"')
         return out
     raise TypeError(f"no such schema type: {kind!r}")
 
 
+def _element(value: Any, kind: Any, path: str, strict: bool) -> Any:
+    """An item of a list or a map's value: a null in one is the item type's zero value
+    (a list of strings gets "", of numbers 0; a pointer stays None)."""
+    if value is None and isinstance(kind, Int | Scalar):
+        return kind.kind() if isinstance(kind, Scalar) else 0
+    return _value(value, kind, path, strict)
+
+
 def _field(struct: Struct, key: str) -> str:
-    """The field `key` names: exactly, else without regard to case (as Go matches); ""
-    for none."""
+    """The field `key` names: exactly, else without regard to case as Go matches (its
+    bytes.EqualFold); "" for none."""
     if key in struct.fields:
         return key
-    folded = key.casefold()
-    return next((name for name in struct.fields if name.casefold() == folded), "")
+    folded = _fold(key)
+    return next((name for name in struct.fields if _fold(name) == folded), "")
+
+
+def _fold(name: str) -> str:
+    """`name` folded letter by letter as Go folds it (unicode.SimpleFold: the long s is an
+    s, the Kelvin sign a k; the sharp s stays one letter, not "ss")."""
+    return "".join(f if len(f := c.casefold()) == 1 else c for c in name)
 
 
 def _mismatch(what: str, type_name: str, path: str) -> GoJsonError:

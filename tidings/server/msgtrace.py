@@ -1,5 +1,6 @@
 """Message tracing as in nats-server 2.11: a message with a `Nats-Trace-Dest` header makes the
-server publish a JSON trace event to that subject, listing the ingress and every egress.
+server publish a JSON trace event to that subject, listing the ingress, the subject mapping
+that sent it on (if one applied) and every egress.
 
 `Nats-Trace-Only: true` (or 1, on, in any case) traces without delivering. Only messages whose
 header block contains the bytes `Nats-Trace-Dest` come here (see ClientConnection.on_hpub),
@@ -102,7 +103,7 @@ def disable_trace(hdr: bytes) -> bytes:
 
 
 class MsgTrace:
-    """The trace of one published message; `deliver` stands in for Server._deliver."""
+    """The trace of one published message; `deliver` stands in for Server.deliver."""
 
     __slots__ = ("server", "dest", "only", "encoding", "event", "events", "account")
 
@@ -126,6 +127,12 @@ class MsgTrace:
         if size:
             request["msgsize"] = size
         self.event = {"server": None, "request": request, "events": self.events}
+
+    def mapped(self, subject: bytes) -> None:
+        """A subject mapping sent the message on to `subject` (the reference's "sm" event,
+        also when the mapping left the subject as it was)."""
+        self.events.append({"type": "sm", "ts": go_time(time.time_ns()),
+                            "to": subject.decode("utf-8", "replace")})
 
     def _egress(self, sub: Subscription, error: str = "") -> None:
         client = sub.client
@@ -158,7 +165,7 @@ class MsgTrace:
         if client.closed:
             self._egress(sub, ERR_CLIENT_CLOSED)
             return False
-        delivered = self.server._deliver(pub, sub, frame, plain_frame)
+        delivered = self.server.deliver(pub, sub, frame, plain_frame)  # (-V logs it)
         if delivered:
             self._egress(sub)
         return delivered

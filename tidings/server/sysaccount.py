@@ -48,8 +48,20 @@ from .accounts import (
     unsubscribe_internal,
 )
 from .clientinfo import client_info, go_time
-from .endpoints import FILTER_OPTIONS, OPTIONS, EndpointError, Endpoints, _rss
-from .godecode import json_kind, syntax_error
+from .endpoints import EndpointError, Endpoints, _rss
+from .godecode import (
+    BOOL,
+    INT,
+    STRING,
+    STRINGS,
+    U64,
+    Int,
+    Scalar,
+    Struct,
+    decode,
+    loads,
+    syntax_error,
+)
 
 if TYPE_CHECKING:
     from asyncio import TimerHandle
@@ -76,71 +88,61 @@ RESPONSE_THRESHOLD = 120.0
 SERVER_FORGOTTEN = 5 * CONNS_EVERY
 
 _B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-# The reference's names for the structs a request's body fills (in its JSON errors).
-_STRUCTS = {"connz": "ConnzEventOptions", "subsz": "SubszEventOptions",
-            "varz": "VarzEventOptions", "routez": "RoutezEventOptions",
-            "accountz": "AccountzEventOptions", "healthz": "HealthzEventOptions",
-            "statsz": "StatszEventOptions", "accstatz": "AccountStatzEventOptions",
-            "info": "AccInfoEventOptions", "jsz": "JszEventOptions",
-            "leafz": "LeafzEventOptions", "gatewayz": "GatewayzEventOptions",
-            "raftz": "RaftzEventOptions"}
+
+# The structs a request's body fills, as the reference has them (events.go's
+# <X>EventOptions: monitor.go's <X>Options and EventFilterOptions, embedded).
+_FILTER = {"server_name": STRING, "cluster": STRING, "host": STRING, "exact_match": BOOL,
+           "tags": STRINGS, "domain": STRING}
+_OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    "connz": ("ConnzEventOptions", {
+        "sort": Scalar("server.SortOpt", str), "auth": BOOL, "subscriptions": BOOL,
+        "subscriptions_detail": BOOL, "offset": INT, "limit": INT, "cid": U64,
+        "mqtt_client": STRING, "state": Int("server.ConnState"), "user": STRING,
+        "acc": STRING, "filter_subject": STRING}),
+    "subsz": ("SubszEventOptions", {"offset": INT, "limit": INT, "subscriptions": BOOL,
+                                    "account": STRING, "test": STRING}),
+    "routez": ("RoutezEventOptions", {"subscriptions": BOOL, "subscriptions_detail": BOOL}),
+    "accountz": ("AccountzEventOptions", {"account": STRING}),
+    "accstatz": ("AccountStatzEventOptions", {"accounts": STRINGS, "include_unused": BOOL}),
+    "healthz": ("HealthzEventOptions", {
+        "js-enabled": BOOL, "js-enabled-only": BOOL, "js-server-only": BOOL,
+        "js-meta-only": BOOL, "account": STRING, "stream": STRING, "consumer": STRING,
+        "details": BOOL}),
+    "varz": ("VarzEventOptions", {}), "statsz": ("StatszEventOptions", {}),
+    "info": ("AccInfoEventOptions", {}),
+    "gatewayz": ("GatewayzEventOptions", {"name": STRING, "accounts": BOOL,
+                                          "account_name": STRING, "subscriptions": BOOL,
+                                          "subscriptions_detail": BOOL}),
+    "leafz": ("LeafzEventOptions", {"subscriptions": BOOL, "account": STRING}),
+    "jsz": ("JszEventOptions", {
+        "account": STRING, "accounts": BOOL, "streams": BOOL, "consumer": BOOL,
+        "direct_consumer": BOOL, "config": BOOL, "leader_only": BOOL, "offset": INT,
+        "limit": INT, "raft": BOOL, "stream_leader_only": BOOL}),
+    "raftz": ("RaftzEventOptions", {"account": STRING, "group": STRING}),
+}
+OPTIONS = {kind: Struct(f"server.{name}", {**fields, **_FILTER})
+           for kind, (name, fields) in _OPTIONS.items()}
 
 
 class Skip(Exception):
     """The request is not for this server (filtered, or nothing to say): no answer."""
 
 
-def _fits(value: Any, go_type: str) -> bool:
-    if go_type == "bool":
-        return isinstance(value, bool)
-    if go_type in ("string", "server.SortOpt"):
-        return isinstance(value, str)
-    if go_type == "[]string":
-        return isinstance(value, list)
-    return isinstance(value, int) and not isinstance(value, bool) and (
-        go_type != "uint64" or value >= 0)
-
-
 def decode_options(kind: str, payload: bytes) -> dict[str, Any]:
-    """A request's body as the reference's `<kind>EventOptions` (the endpoint's options and
-    the filter): names matched case-insensitively, null and unknown names ignored. Raises
-    ValueError with Go's words for what Go refuses."""
+    """A request's body as json.Unmarshal reads it into the reference's
+    `<kind>EventOptions` (godecode: names matched as Go matches them, null and unknown
+    names ignored). Raises ValueError with Go's words for what Go refuses."""
     if not payload:
         return {}
-    struct = _STRUCTS[kind]
     text = payload.decode("utf-8", "replace")
     try:
-        raw = json.loads(text)
+        raw = loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(syntax_error(text, exc)) from None
     if raw is None:
         return {}
-    if not isinstance(raw, dict):
-        raise ValueError(f"json: cannot unmarshal {json_kind(raw)} into Go value of type "
-                         f"server.{struct}")
-    fields = {**OPTIONS[kind], **FILTER_OPTIONS}
-    lower = {name.lower(): name for name in fields}
-    opts: dict[str, Any] = {}
-    error = ""
-    for key, value in raw.items():
-        name = key if key in fields else lower.get(key.lower())
-        if name is None or value is None:
-            continue
-        go_type = fields[name]
-        if go_type == "[]string" and isinstance(value, list):
-            bad = next((v for v in value if not isinstance(v, str)), None)
-            if bad is not None:
-                error = error or (f"json: cannot unmarshal {json_kind(bad)} into Go struct "
-                                  f"field {struct}.{name} of type string")
-                continue
-        if not _fits(value, go_type):
-            error = error or (f"json: cannot unmarshal {json_kind(value)} into Go struct "
-                              f"field {struct}.{name} of type {go_type}")
-            continue
-        opts[name] = value
-    if error:
-        raise ValueError(error)
-    return opts
+    body = decode(raw, OPTIONS[kind], strict=False)
+    return {name: value for name, value in body.items() if value is not None}
 
 
 class EventIds:

@@ -14,23 +14,35 @@ from ..redact import redact_connect
 from .client import ClientConnection
 
 if TYPE_CHECKING:
+    from .msgtrace import MsgTrace
     from .server import Server
 
 log = logging.getLogger("tidings.server")
 
 
 class TracedClientConnection(ClientConnection):
-    """A client connection whose every operation is logged (no compiled fast path)."""
+    """A client connection whose every operation is logged (no compiled fast path).
 
-    __slots__ = ()
-    skips_unrouted = False  # every PUB through on_pub, to be traced
+    A message is logged as the reference logs it: its operation as published, the subject
+    mapping that applies (`MAPPING from -> to`), then its payload, before it is routed."""
+
+    __slots__ = ("_path", "_unlogged")
+    skips_unrouted = False  # every PUB through _traced_pub, to be traced
 
     def __init__(self, server: Server) -> None:
+        self._unlogged: bytes | None = None  # a payload to log once its subject is settled
         super().__init__(server)
-        self.parser.route_pubs_to(self.on_pub, skip_unrouted=False)
+        self.bind_publishing()
 
-    def _in(self, op: str, payload: bytes | None = None) -> None:
+    def bind_publishing(self) -> None:
+        self._path = self.publish_path()[0]
+        self.parser.route_pubs_to(self._traced_pub, skip_unrouted=False)
+
+    def _in(self, op: str) -> None:
         log.log(TRACE, "%s - <<- [%s]", self.describe(), op)
+
+    def _log_payload(self) -> None:
+        payload, self._unlogged = self._unlogged, None
         if payload is not None:
             log.log(TRACE, '%s - <<- MSG_PAYLOAD: ["%s"]', self.describe(),
                     payload.decode("utf-8", "replace"))
@@ -50,15 +62,32 @@ class TracedClientConnection(ClientConnection):
                                                               else ""))
         super().on_unsub(sid, max_msgs)
 
-    def on_pub(self, subject: bytes, reply: bytes | None, payload: bytes) -> None:
-        head = b" ".join(x for x in (subject, reply) if x).decode("utf-8", "replace")
-        self._in(f"PUB {head} {len(payload)}", payload)
-        super().on_pub(subject, reply, payload)
+    def _received(self, op: str, payload: bytes) -> None:
+        """A message's operation logged, and its payload: now, or with an account that
+        maps subjects, once its subject is (mapped())."""
+        self._in(op)
+        self._unlogged = payload
+        if self.account.mappings is None:
+            self._log_payload()
+
+    def _traced_pub(self, subject: bytes, reply: bytes | None, payload: bytes) -> None:
+        self._received(f"PUB {_head(subject, reply)} {len(payload)}", payload)
+        self._path(subject, reply, payload)
 
     def on_hpub(self, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> None:
-        head = b" ".join(x for x in (subject, reply) if x).decode("utf-8", "replace")
-        self._in(f"HPUB {head} {hdr_len} {len(data)}", data)
+        self._received(f"HPUB {_head(subject, reply)} {hdr_len} {len(data)}", data)
         super().on_hpub(subject, reply, hdr_len, data)
+        self._log_payload()  # (a message dropped before it was mapped: its trace refused)
+
+    def mapped(self, subject: bytes, trace: MsgTrace | None = None) -> bytes:
+        to = super().mapped(subject, trace)
+        self._log_payload()
+        return to
+
+    def mapping_applied(self, subject: bytes, to: bytes, trace: MsgTrace | None) -> None:
+        self._in(f"MAPPING {subject.decode('utf-8', 'replace')} -> "
+                 f"{to.decode('utf-8', 'replace')}")
+        super().mapping_applied(subject, to, trace)
 
     def on_ping(self) -> None:
         self._in("PING")
@@ -73,6 +102,10 @@ class TracedClientConnection(ClientConnection):
             line = data.split(b"\r\n", 1)[0].decode("utf-8", "replace")
             log.log(TRACE, "%s - ->> [%s]", self.describe(), line)
         super().queue(data)
+
+
+def _head(subject: bytes, reply: bytes | None) -> str:
+    return b" ".join(x for x in (subject, reply) if x).decode("utf-8", "replace")
 
 
 def traced_deliver(server: Server) -> Callable[..., bool]:

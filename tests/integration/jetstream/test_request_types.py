@@ -48,6 +48,12 @@ STREAM_BODIES = [
     '{"name":"S","retention":"bogus","max_msgs":"x"}',
     '[1]',
     '"x"',
+    # a field is named as the body spells it; names are matched as Go folds case (one
+    # letter for one: the long s is an s, the sharp s no ss)
+    '{"name":"S","SUBJECTS":"a"}',
+    '{"name":"S","sources":[{"NAME":1}]}',
+    '{"name":"S","\u017fubjects":"a"}',
+    '{"name":"S","compre\u00dfion":"zip"}',
 ]
 CONSUMER_BODIES = [
     '{"stream_name":"T","config":{"ack_policy":"explicit","foo":1}}',
@@ -122,7 +128,8 @@ async def test_nulls_field_names_in_any_case_and_values_in_a_row_are_taken_as_go
     requests = [
         ("STREAM.CREATE.N", '{"name":"N","subjects":null,"max_msgs":null,"metadata":null,'
                             '"republish":null,"storage":"memory"}'),
-        ("STREAM.CREATE.M", '{"Name":"M","SUBJECTS":["m.>"],"Max_Msgs":5,"storage":"memory"}'),
+        ("STREAM.CREATE.M", '{"Name":"M","SUBJECTS":["m.>"],"Max_Msgs":5,"storage":"memory",'
+                            '"metadata":{"a":null}}'),
     ]
     requests.append(("STREAM.CREATE.D", '{"name":"D","storage":"memory"}{"subjects":["d.>"]}'))
     ours, theirs = [await answers(srv, requests) for srv in servers]
@@ -132,6 +139,7 @@ async def test_nulls_field_names_in_any_case_and_values_in_a_row_are_taken_as_go
         try:
             info = json.loads((await nc.request("$JS.API.STREAM.INFO.M", b"", timeout=5)).data)
             assert info["config"]["max_msgs"] == 5 and info["config"]["subjects"] == ["m.>"]
+            assert info["config"]["metadata"]["a"] == ""  # a null in a map: its zero value
         finally:
             await nc.close()
 

@@ -648,3 +648,40 @@ async def test_replay_original_keeps_the_stored_spacing(nc: Client) -> None:
         assert (await sub.next_msg(5)).data == b"second"
     finally:
         await js.delete_stream("REPLAY")
+
+
+async def test_names_with_what_the_reference_refuses_are_refused_alike(
+        servers: list[Server]) -> None:
+    """A stream's, consumer's, durable's, mirror's or source's name with a form feed is
+    refused as one with a blank is (the reference's isValidAssetName); a vertical tab is
+    no blank to it."""
+    requests = [
+        ("STREAM.CREATE.a\vb", {"name": "a\vb", "storage": "memory"}),
+        ("STREAM.CREATE.NAMES", {"name": "NAMES", "subjects": ["names"], "storage": "memory"}),
+        ("STREAM.CREATE.a\fb", {"name": "a\fb", "storage": "memory"}),
+        ("STREAM.UPDATE.a\fb", {"name": "a\fb", "storage": "memory"}),
+        ("STREAM.CREATE.a/\fb", {"name": "a/\fb", "storage": "memory"}),
+        ("STREAM.CREATE." + "n" * 256, {"name": "n" * 256, "storage": "memory"}),
+        ("CONSUMER.CREATE.NAMES.c\fd", {"stream_name": "NAMES", "config": {
+            "name": "c\fd", "ack_policy": "explicit"}}),
+        ("CONSUMER.DURABLE.CREATE.NAMES.c\fd", {"stream_name": "NAMES", "config": {
+            "durable_name": "c\fd", "ack_policy": "explicit"}}),
+        ("STREAM.CREATE.M", {"name": "M", "storage": "memory", "mirror": {"name": "x\fy"}}),
+        ("STREAM.CREATE.S", {"name": "S", "storage": "memory", "sources": [{"name": "x\fy"}]}),
+    ]
+    answers = []
+    for server in servers:
+        nc = await nats.connect(server.url)
+        try:
+            got = []
+            for subject, body in requests:
+                msg = await nc.request("$JS.API." + subject, json.dumps(body).encode(),
+                                       timeout=5)
+                got.append(json.loads(msg.data).get("error"))
+            answers.append(got)
+        finally:
+            await nc.close()
+    ours, theirs = answers
+    assert theirs[0] is None and theirs[1] is None
+    assert all(error is not None for error in theirs[2:])
+    assert ours == theirs

@@ -306,6 +306,35 @@ async def test_ping_connz_refuses_what_the_reference_refuses(servers: dict[str, 
 
 
 @pytest.mark.parametrize(("subject", "body"), [
+    ("$SYS.REQ.SERVER.PING.CONNZ", b'{"cid": -1}'),
+    ("$SYS.REQ.SERVER.PING.CONNZ", b'{"limit": 1e3}'),
+    ("$SYS.REQ.SERVER.PING.CONNZ", b'{"limit": 99999999999999999999}'),
+    ("$SYS.REQ.SERVER.PING.CONNZ", b'{"state": 99999999999999999999}'),
+    ("$SYS.REQ.SERVER.PING.CONNZ", b'{"LIMIT": "x"}'),
+    ("$SYS.REQ.SERVER.PING.CONNZ", '{"\u017fort": 1}'.encode()),
+    ("$SYS.REQ.SERVER.PING.CONNZ", b'{"nope": 1, "limit": "1", "offset": "y"}'),
+    ("$SYS.REQ.SERVER.PING.SUBSZ", b'{"tags": [1]}'),
+    ("$SYS.REQ.SERVER.PING.SUBSZ", b'{"offset": -9223372036854775809}'),
+    ("$SYS.REQ.SERVER.PING.GATEWAYZ", b'{"subscriptions": "x"}'),
+    ("$SYS.REQ.SERVER.PING.GATEWAYZ", b'{"name": 1}'),
+    ("$SYS.REQ.SERVER.PING.JSZ", b'{"limit": 1.0}'),
+    ("$SYS.REQ.SERVER.PING.HEALTHZ", b"not json"),
+    ("$SYS.REQ.ACCOUNT.A.STATZ", b'{"accounts": "x"}'),
+    ("$SYS.REQ.ACCOUNT.PING.STATZ", b'{"accounts": [1]}'),
+    ("$SYS.REQ.ACCOUNT.A.CONNZ", b'{"cid": 18446744073709551616}'),
+])
+async def test_option_types_refused_in_go_words(servers: dict[str, Server], subject: str,
+                                                body: bytes) -> None:
+    """A body is read as Go reads it into the request's options struct: a number's literal
+    in the error, bounds of int and uint64, an item of a list by its index, a field named
+    as the body spells it, matched as Go folds case; unknown fields are ignored."""
+    answer = await ask_both(servers, subject, body)
+    assert answer["reference"].get("error"), answer["reference"]
+    assert answer["tidings"].get("error") == answer["reference"]["error"]
+    assert text(answer["tidings"]) == text(answer["reference"])
+
+
+@pytest.mark.parametrize(("subject", "body"), [
     ("$SYS.REQ.SERVER.PING.SUBSZ", b'{"test": "a.*"}'),
     ("$SYS.REQ.SERVER.PING.ACCOUNTZ", b'{"account": "nobody"}'),
     ("$SYS.REQ.SERVER.PING.STATSZ", b"{bad"),
@@ -322,12 +351,15 @@ async def test_errors_and_absent_features_as_the_reference(servers: dict[str, Se
 
 
 async def test_a_filtered_request_is_not_answered(servers: dict[str, Server]) -> None:
-    """A request for another server (server_name) gets no answer; ours comes in order."""
+    """A request for another server (server_name; a tag "", as Go reads a null in the list)
+    gets no answer; ours comes in order."""
     for kind, srv in servers.items():
+        since = srv.log_size()
         sysc = await connect(srv, "sys")
         inbox = sysc.new_inbox()
         sub = await sysc.subscribe(inbox)
-        for body in (b'{"server_name": "other"}', b'{"server_name": "sysacc", "exact_match": true}'):
+        for body in (b'{"server_name": "other"}', b'{"tags": [null]}',
+                     b'{"server_name": "sysacc", "exact_match": true}'):
             await sysc.publish("$SYS.REQ.SERVER.PING.HEALTHZ", body, reply=inbox)
         first = json.loads((await sub.next_msg(timeout=5)).data)
         assert first["data"]["status"] == "ok", kind
@@ -335,6 +367,7 @@ async def test_a_filtered_request_is_not_answered(servers: dict[str, Server]) ->
         second = json.loads((await sub.next_msg(timeout=5)).data)
         assert set(second) == {"name", "host", "id"}, kind  # (no second HEALTHZ between)
         await sysc.close()
+        assert "Traceback" not in srv.log(since), kind
 
 
 async def test_no_responders_where_the_reference_has_none(servers: dict[str, Server]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import nats
 import pytest
 
-from tests.harness import Server
+from tests.harness import Server, start_configured
 from tests.harness.rawnats import CONNECT_PLAIN, RawConn
 
 from .conftest import ServerPair
@@ -346,3 +346,64 @@ def test_oversized_message_traces_its_ingress_error(server_pairs: ServerPair) ->
     assert theirs[0] == b"-ERR 'Maximum Payload Violation'\r\n"
     assert theirs[1]["events"] == [{"type": "in", "kind": 0, "name": "pub", "acc": "$G",
                                     "subj": "P.foo", "error": "maximum payload exceeded"}]
+
+
+MAPPED = """
+mappings {
+  mp.foo: mp.bar
+  "mp.w.*": "mp.x.{{wildcard(1)}}"
+  mp.keep: [{destination: mp.keep, weight: 100%}]
+}
+"""
+# A -V line of one connection: what was received (`<<-`) or sent (`->>`), and the operation
+# or MSG_PAYLOAD (whose text the two servers quote differently).
+_TRACE_LINE = r'cid:{cid} - (?:"[^"]*" - )?((?:<<-|->>) (?:\[[^\]]*\]|MSG_PAYLOAD))'
+
+
+def _play_mapped(kind: str) -> dict[str, Any]:
+    """Traced publishes to mapped subjects (and one unmapped, one trace-only) and a plain
+    PUB to a mapped subject, on a server run with -V: the events, what the subscriber got,
+    and how the log traces the publisher's messages and the subscriber's deliveries."""
+    server = start_configured(kind, MAPPED, extra_args=["-V"])
+    try:
+        with RawConn(server.port) as tracer, RawConn(server.port) as sub, \
+                RawConn(server.port) as pub:
+            tracer.connect(b'CONNECT {"verbose":false,"headers":true,"name":"tracer"}\r\n')
+            tracer.send(b"SUB trace 1\r\n")
+            sub.connect(b'CONNECT {"verbose":false,"headers":true,"name":"sub"}\r\n')
+            sub.send(b"SUB mp.> 1\r\n")
+            for conn in (tracer, sub):
+                assert received(conn) == b""
+            pub.connect(b'CONNECT {"verbose":false,"headers":true,"name":"pub"}\r\n')
+            roles = {conn.info["client_id"]: role for conn, role in (
+                (tracer, "tracer"), (sub, "sub"), (pub, "pub"))}
+            events = []
+            for subject, extra in ((b"mp.foo", []), (b"mp.w.q", []), (b"mp.keep", []),
+                                   (b"mp.none", []), (b"mp.foo", ["Nats-Trace-Only: true"])):
+                pub.send(hpub(subject, ["Nats-Trace-Dest: trace", *extra]))
+                event = json.loads(read_event(tracer)[1])
+                events.append([{**e, "ts": "TS", "cid": roles[e.get("cid", 0)]}
+                               if "cid" in e else {**e, "ts": "TS"} for e in event["events"]])
+            pub.send(b"PUB mp.foo 2\r\nhi\r\n")
+            pub.barrier()
+            got = received(sub)
+            cids = {role: cid for cid, role in roles.items()}
+    finally:
+        server.stop()
+    log = server.log()
+    trace = {role: [line for line in re.findall(_TRACE_LINE.format(cid=cids[role]), log)
+                    if not line.endswith(("[PING]", "[PONG]"))] for role in ("pub", "sub")}
+    return {"events": events, "sub": got, "trace": trace}
+
+
+def test_a_mapped_subject_is_traced_as_the_reference_traces_it() -> None:
+    """A subject mapping that applies (also one that keeps the subject) is a trace event
+    (`sm`, with the subject it sent the message to) after the ingress, which names the
+    published subject; -V logs the operation as published, then `MAPPING from -> to`,
+    then the payload, and the deliveries of traced messages as of any other."""
+    ours, theirs = _play_mapped("tidings"), _play_mapped("reference")
+    assert theirs["events"][0][1] == {"type": "sm", "ts": "TS", "to": "mp.bar"}
+    assert "<<- [MAPPING mp.foo -> mp.bar]" in theirs["trace"]["pub"]
+    assert ours["events"] == theirs["events"]
+    assert ours["sub"] == theirs["sub"]
+    assert ours["trace"] == theirs["trace"]
