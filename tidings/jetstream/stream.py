@@ -45,6 +45,7 @@ _FIELDS: list[tuple[str, Any]] = [
     ("allow_msg_ttl", False), ("subject_delete_marker_ttl", None), ("metadata", None),
 ]
 _KNOWN = {name for name, _ in _FIELDS}
+_OMITTED_AT_ZERO = {name for name, default in _FIELDS if default is None}
 _CHOICES = {"retention": ("limits", "interest", "workqueue"), "discard": ("old", "new"),
             "storage": ("file", "memory"), "compression": ("none", "s2")}
 # Fields tidings does not build yet: a stream asking for them is refused by name.
@@ -53,6 +54,11 @@ NOT_BUILT = ("placement", "allow_msg_counter", "allow_atomic",
 MAX_NAME = 255  # bytes (JSMaxNameLen)
 MAX_DESCRIPTION = 4 * 1024
 MS100 = NS // 10
+
+
+def _is_zero(value: Any) -> bool:
+    """A scalar at its zero value (False, 0, "")."""
+    return not value and isinstance(value, (bool, int, float, str))
 
 
 def normalize(raw: dict[str, Any], name: str) -> dict[str, Any]:
@@ -79,8 +85,8 @@ def normalize(raw: dict[str, Any], name: str) -> dict[str, Any]:
         value = raw.get(field)
         if value is None:  # (null, as Go reads it, leaves the default)
             value = default
-        if value is None:
-            continue
+        if value is None or (default is None and _is_zero(value)):
+            continue  # (an omitempty field at its zero value is left out, as Go leaves it)
         cfg[field] = value
     cfg["name"] = name
     for field, choices in _CHOICES.items():
@@ -260,8 +266,8 @@ def valid_asset_name(name: str) -> bool:
 
 def same_config(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether two configurations are the same request (metadata's server keys aside)."""
-    def strip(cfg: dict[str, Any]) -> dict[str, Any]:
-        out = dict(cfg)
+    def strip(cfg: dict[str, Any]) -> dict[str, Any]:  # (zero values: as saved before)
+        out = {k: v for k, v in cfg.items() if not (k in _OMITTED_AT_ZERO and _is_zero(v))}
         out["metadata"] = {k: v for k, v in (cfg.get("metadata") or {}).items()
                            if not k.startswith("_nats.")}
         return out

@@ -165,3 +165,25 @@ async def test_subjects_no_api_subscription_takes_are_dropped_unanswered(
             assert dropped.pending_msgs == 0
         finally:
             await nc.close()
+
+
+async def test_zero_values_of_fields_go_leaves_out_are_left_out(servers: list[Server]) -> None:
+    """A configuration that gives `omitempty` fields their zero values (as nats-py's KV and
+    object store create their streams): the configuration answered is the reference's."""
+    body = {"name": "Z", "subjects": ["z.>"], "storage": "memory", "no_ack": False,
+            "discard_new_per_subject": False, "description": "", "first_seq": 0,
+            "subject_delete_marker_ttl": 0, "duplicate_window": 0, "sealed": False}
+    configs = []
+    for server in servers:
+        nc = await nats.connect(server.url)
+        try:
+            reply = await nc.request("$JS.API.STREAM.CREATE.Z", json.dumps(body).encode(),
+                                     timeout=5)
+            config = json.loads(reply.data)["config"]
+            config.pop("metadata", None)  # (the versions)
+            configs.append(config)
+        finally:
+            await nc.close()
+    ours, theirs = configs
+    assert "no_ack" not in theirs and "discard_new_per_subject" not in theirs
+    assert ours == theirs
