@@ -843,7 +843,8 @@ class JetStream:
         loop = self.server.loop
         timer = self._expiries.get(stream)
         if timer is None:
-            timer = self._expiries[stream] = EarliestTimer(loop, lambda: self._expired(stream))
+            timer = self._expiries[stream] = EarliestTimer(
+                loop, lambda: self._turn(lambda: self._expired(stream)))
         timer.at(loop.time() + max(0.0, (due - time.time_ns()) / 1e9))
 
     def _expired(self, stream: Stream) -> None:
