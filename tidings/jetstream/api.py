@@ -26,6 +26,7 @@ from .consumer_config import check as check_consumer
 from .consumer_config import check_change, check_on_stream, valid_group_name
 from .consumer_config import normalize as normalize_consumer
 from .errors import ApiError
+from .external import Wire
 from .sourcing import Copier
 from .stream import (
     API_LEVEL,
@@ -78,7 +79,8 @@ class JetStream:
         self._expiries: dict[Stream, EarliestTimer] = {}  # each stream's timer at its next expiry
         self._to_pump: dict[Consumer, None] = {}  # consumers acked this turn (pumped at flush)
         self._open: dict[Stream, list[tuple[Account, bytes | None, dict[str, Any]]]] = {}
-        self.copier = Copier(self._store_copy, self._soon)  # mirrors and sources
+        self.wire = Wire(server)  # (external origins' links: external.py)
+        self.copier = Copier(self._store_copy, self._soon, self.wire.links(self._store_copy))
         # Streams a restore is opening in a worker thread (snapshot.py): their names taken.
         self.restoring: set[tuple[Account, str]] = set()
         self.subs: list[tuple[Account, Any]] = []
@@ -203,6 +205,8 @@ class JetStream:
             prefix = f"$JS.{self.config.domain}.API.".encode()
 
             def in_domain(pub: Any, subject: bytes, *rest: Any) -> bool | None:
+                if pub is None and self.wire.publishing is account:
+                    return False  # (a link's own request: the domain maps clients' ones)
                 return self._audited(account, pub, b"$JS.API." + subject[len(prefix):], *rest)
 
             sub = subscribe_internal(self.server.accounts, account, prefix + b">", in_domain,
