@@ -108,8 +108,9 @@ class JetStream:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for streams in self.streams.values():
+        for account, streams in self.streams.items():
             for stream in streams.values():
+                self.copier.detach(account, stream)  # (an external link's timers end too)
                 stream.close()
 
     def _stream_dir(self, account: Account, name: str) -> str:

@@ -303,6 +303,37 @@ async def test_a_mirror_through_the_servers_own_domain_copies_nothing(
                               "lag": 0, "active": -1}
 
 
+async def missing_run(server: Server) -> dict[str, Any]:
+    """A mirror and a source of a stream A does not have: the consumer create's refusal
+    is each link's `error`."""
+    a, b = await clients(server)
+    try:
+        await api(b, "STREAM.CREATE.NM", {"name": "NM", "storage": "memory", "mirror": {
+            "name": "NOPE", "external": external("dlv.n")}})
+        await api(b, "STREAM.CREATE.NS", {"name": "NS", "storage": "memory", "subjects": ["ns"],
+                                          "sources": [{"name": "NOPE",
+                                                       "external": external("dlv.n")}]})
+
+        async def refused() -> tuple[Any, Any] | None:
+            mirror = (await api(b, "STREAM.INFO.NM"))["mirror"]
+            source = (await api(b, "STREAM.INFO.NS"))["sources"][0]
+            return (mirror, source) if "error" in mirror and "error" in source else None
+        mirror, source = await until(refused)
+        await delete(b, "NM", "NS")
+        return {"mirror": mirror, "source": source}
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_missing_origin_is_the_links_error(servers: list[Server]) -> None:
+    ours, theirs = [await missing_run(srv) for srv in servers]
+    assert ours == theirs
+    assert ours["mirror"] == {"name": "NOPE", "external": external("dlv.n"), "lag": 0,
+                              "active": -1, "error": {"code": 404, "err_code": 10059,
+                                                      "description": "stream not found"}}
+
+
 # -- configurations ---------------------------------------------------------------------------------
 
 CONFIGS: list[dict[str, Any]] = [
