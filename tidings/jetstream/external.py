@@ -31,7 +31,14 @@ from ..protocol.headers import header_fields
 from ..server.accounts import frame_message, unsubscribe_internal
 from ..server.gojson import go_time
 from . import errors
-from .sourcing import Link, StoreCopy, external_of, short_hash, without_headers
+from .sourcing import (
+    Link,
+    StoreCopy,
+    external_of,
+    literal_subject,
+    short_hash,
+    without_headers,
+)
 
 if TYPE_CHECKING:
     from ..server.accounts import Account
@@ -51,6 +58,7 @@ RETRY_MAXIMUM = 120.0
 ACK_WAIT = 22 * 3600 * NS
 CONTROL = b"NATS/1.0 100 "
 DOWNGRADES = (10185, 10025)  # API level required, invalid JSON: ask again more plainly
+MAX_INT64 = 2**63 - 1
 
 Handler = Callable[[str, "bytes | None", "bytes | None", bytes], None]
 
@@ -124,10 +132,35 @@ def ack_info(reply: bytes | None) -> tuple[str, int, int, int, int, int] | None:
     else:
         return None
     numbers = tokens[at + 1:at + 6]
-    if not all(n.isdigit() for n in numbers):
+    if not all(n.isdigit() and int(n) <= MAX_INT64 for n in numbers):
         return None
     dc, sseq, dseq, ts, pending = (int(n) for n in numbers)
     return tokens[at], dc, sseq, dseq, ts, pending
+
+
+def _decoded(payload: bytes) -> dict[str, Any] | None:
+    """A consumer create's answer, if it has the shape of one (its parts of the types the
+    reference decodes them into)."""
+    try:
+        answer = json.loads(payload)
+    except ValueError:
+        return None
+    if not isinstance(answer, dict):
+        return None
+    kinds = {"error": dict, "config": dict, "delivered": dict, "name": str}
+    if any(answer.get(key) is not None and not isinstance(answer[key], kind)
+           for key, kind in kinds.items()):
+        return None
+    seq = _field(answer, "delivered", "stream_seq")
+    if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool)):
+        return None
+    return answer
+
+
+def _field(answer: dict[str, Any], part: str, name: str) -> Any:
+    """`answer[part][name]` if there is one (an answer's parts may be anything)."""
+    inner = answer.get(part)
+    return inner.get(name) if isinstance(inner, dict) else None
 
 
 def _backoff(fails: int) -> float:
@@ -298,26 +331,30 @@ class ExternalLink(Link):
 
     def _answered(self, headers: bytes | None, payload: bytes, level: int | None,
                   sourcing: bool) -> None:
+        """The answer to its consumer create: the consumer, a refusal, or an answer no
+        JetStream gives (passed over, as the reference passes over what it cannot decode:
+        a mirror shows it as its error, and the create times out)."""
         if not self.asking:
             return
+        answer = _decoded(payload)
+        if answer is None:
+            if self.mirror:
+                self.error = {"code": 400, "err_code": 10025,  # (the reference's, unfilled)
+                              "description": errors.INVALID_JSON.description}
+            return
         self.asking = False
-        try:
-            answer = json.loads(payload)
-            if not isinstance(answer, dict):
-                raise ValueError("not an object")
-        except ValueError:
-            answer = {"error": errors.INVALID_JSON(err="bad consumer create response")
-                      .as_json()}
         error = answer.get("error")
-        config = (answer.get("config") or {}) if error is None else {}
-        if error is None and not config.get("deliver_subject"):
-            error = errors.STREAM_GENERAL(err="invalid consumer create response").as_json()
+        deliver = _field(answer, "config", "deliver_subject")
+        if error is None and not (isinstance(deliver, str) and literal_subject(deliver)):
+            failed = errors.MIRROR_CONSUMER_SETUP_FAILED if self.mirror else \
+                errors.SOURCE_CONSUMER_SETUP_FAILED
+            error = failed(err="invalid consumer create response").as_json()
         if error is not None:
             return self._refused(error, level, sourcing)
         if self.answers is not None:
             self.wire.unsubscribe(self.account, self.answers)
             self.answers = None
-        self._take(answer, headers)
+        self._take(answer, str(deliver), headers)
 
     def _refused(self, error: Any, level: int | None, sourcing: bool) -> None:
         """A consumer create refused: asked again more plainly where the origin's server
@@ -333,23 +370,24 @@ class ExternalLink(Link):
         self.fails += 1
         self._retry()
 
-    def _take(self, answer: dict[str, Any], headers: bytes | None) -> None:
-        """The consumer is there: its deliveries taken from now on."""
+    def _take(self, answer: dict[str, Any], deliver: str, headers: bytes | None) -> None:
+        """The consumer is there: its deliveries (on `deliver`) taken from now on."""
         self.error = None
         self.fails = 0
-        delivered = int((answer.get("delivered") or {}).get("stream_seq") or 0)
+        delivered = _field(answer, "delivered", "stream_seq")
+        delivered = delivered if isinstance(delivered, int) and 0 < delivered <= MAX_INT64 else 0
         if self.mirror:
             self.sseq = max(delivered, self.target.store.last_seq)
         else:
             self.sseq = max(self.sseq, delivered)
             if headers:
                 self.ident = header_fields(headers).get("nats-stream-identity", self.ident)
-        self.cname = str(answer.get("name") or "")
+        name = answer.get("name")
+        self.cname = name if isinstance(name, str) else ""
         self.dseq = 0
         self.last = self.active = time.monotonic_ns()
         self._schedule(HEALTH_CHECK, self._health)
-        self.deliveries = self.wire.subscribe(self.account, answer["config"]["deliver_subject"],
-                                              self._delivered)
+        self.deliveries = self.wire.subscribe(self.account, deliver, self._delivered)
 
     # -- what it is delivered -----------------------------------------------------------------------
     def _delivered(self, subject: str, reply: bytes | None, headers: bytes | None,
@@ -404,7 +442,7 @@ class ExternalLink(Link):
         if last.isdigit() and int(last) > 0 and int(last) != self.dseq:
             return self._retry()
         stalled = fields.get("nats-consumer-stalled")
-        if stalled:
+        if stalled and literal_subject(stalled):
             self.wire.publish(self.account, stalled, b"")
 
     def _mirror(self, subject: str, headers: bytes | None, payload: bytes, sseq: int,

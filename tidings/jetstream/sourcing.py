@@ -114,7 +114,7 @@ def _check_prefixes(externals: list[dict[str, str]], origin_subjects: list[str])
         prefix = ext["deliver"]
         if not prefix:
             continue
-        if not _literal(prefix):
+        if not literal_subject(prefix):
             raise errors.STREAM_INVALID_EXTERNAL_DELIVERY_SUBJ(prefix=prefix)
         for subject in origin_subjects:
             if subjects_collide(subject, f"{prefix}.{subject}"):
@@ -123,7 +123,7 @@ def _check_prefixes(externals: list[dict[str, str]], origin_subjects: list[str])
         prefix = ext["api"]
         if not prefix:
             continue
-        if not _literal(prefix):
+        if not literal_subject(prefix):
             raise errors.STREAM_INVALID_CONFIG(
                 err=f"stream external api prefix {go_quote(prefix)} must be a valid subject "
                     "without wildcards")
@@ -131,7 +131,8 @@ def _check_prefixes(externals: list[dict[str, str]], origin_subjects: list[str])
             raise errors.STREAM_EXTERNAL_API_OVERLAP(prefix=prefix, subject=JS_API)
 
 
-def _literal(subject: str) -> bool:
+def literal_subject(subject: str) -> bool:
+    """A subject a message may be published on: valid, without wildcards."""
     return is_valid_subject(subject) and not any(t in ("*", ">") for t in subject.split("."))
 
 

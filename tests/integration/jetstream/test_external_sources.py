@@ -496,3 +496,92 @@ async def test_a_kv_bucket_mirrored_into_another_account_reads_back(
         servers: list[Server]) -> None:
     ours, theirs = [await kv_run(srv) for srv in servers]
     assert ours == theirs == (b"green", b"L", 3)
+
+
+# -- an API prefix that leads to something else --------------------------------------------------
+
+FAKE_CONF = """
+jetstream: {{ store_dir: "{store}" }}
+accounts: {{
+  C {{
+    users: [{{ user: "c", password: "c" }}]
+    exports: [{{ service: "fake.>" }}, {{ stream: "cdlv.>" }}]
+  }}
+  B {{
+    jetstream: enabled
+    users: [{{ user: "b", password: "b" }}]
+    imports: [
+      {{ service: {{ account: "C", subject: "fake.>" }}, to: "$JS.C.API.>" }}
+      {{ stream: {{ account: "C", subject: "cdlv.>" }} }}
+    ]
+  }}
+}}
+"""
+ACK = "$JS.ACK.S.c"
+
+
+async def fake_run(server: Server, deliveries: bool) -> dict[str, Any]:
+    """B mirrors through an API prefix that a client of C answers: with an answer no
+    JetStream gives (both servers show it as the link's error), and with a consumer whose
+    deliveries the client makes up (one good, then numbers out of range and odd headers;
+    only where the server lets a client publish with a `$JS.ACK.` reply: the reference
+    refuses that, tidings does not yet)."""
+    c = await nats.connect(server.url, user="c", password="c")
+    b = await nats.connect(server.url, user="b", password="b")
+    asked: asyncio.Queue[str] = asyncio.Queue()
+
+    async def answer(msg: Any) -> None:
+        config = json.loads(msg.data)["config"]
+        await msg.respond(json.dumps({"name": "c", "config": {
+            "deliver_subject": config["deliver_subject"]}, "delivered": {"stream_seq": 0}
+            }).encode())
+        await asked.put(config["deliver_subject"])
+
+    async def garbage(msg: Any) -> None:
+        await msg.respond(b'{"config": [], "delivered": "x"}')
+    try:
+        await c.subscribe("fake.CONSUMER.CREATE.S", cb=answer)
+        await c.subscribe("fake.CONSUMER.CREATE.BAD", cb=garbage)
+        await c.flush()
+        for name, origin in (("FM", "S"), ("GM", "BAD")):
+            await api(b, f"STREAM.CREATE.{name}", {"name": name, "storage": "memory", "mirror": {
+                "name": origin, "external": {"api": "$JS.C.API", "deliver": "cdlv"}}})
+        deliver = await asyncio.wait_for(asked.get(), 10)
+
+        async def refused() -> Any:
+            return (await api(b, "STREAM.INFO.GM"))["mirror"].get("error")
+        got: dict[str, Any] = {"bad_answer": await until(refused)}
+        if deliveries:
+            await c.publish(deliver, b"good", reply=f"{ACK}.1.5.1.1700000000000000000.0")
+            got["first"] = (await in_step(b, "FM", 5))["state"]
+            for reply in (f"{ACK}.1.99999999999999999999999.2.1.0", f"{ACK}.x.y.z.w.v",
+                          "$JS.ACK.S", f"{ACK}.1.6.2.{2**64}.0"):
+                await c.publish(deliver, b"odd", reply=reply)
+            await c.publish(deliver, b"", headers={"Nats-Consumer-Stalled": "a b c"})
+            await c.publish(deliver, b"", headers={"Nats-Last-Consumer": "nope"})
+            await c.publish(deliver, b"", reply="fake.fc.1",
+                            headers={"Nats-Consumer-Stalled": "*"})
+            await c.flush()
+        got["answers"] = "mirror" in await api(b, "STREAM.INFO.FM")
+        await delete(b, "FM", "GM")
+        return got
+    finally:
+        await c.close()
+        await b.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_what_no_jetstream_would_answer_or_deliver_is_passed_over(
+        kind: str, tmp_path: Path) -> None:
+    server = start_configured(kind, FAKE_CONF.format(store=tmp_path), streaming=False)
+    try:
+        got = await fake_run(server, deliveries=kind == "tidings")
+        assert got["answers"]
+        assert got["bad_answer"] == {"code": 400, "err_code": 10025,
+                                     "description": "invalid JSON: {err}"}  # (sic)
+        if kind == "tidings":
+            assert (got["first"]["messages"], got["first"]["first_seq"],
+                    got["first"]["last_seq"]) == (1, 5, 5)
+            assert "Traceback" not in server.log()
+    finally:
+        server.stop()
