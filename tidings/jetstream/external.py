@@ -28,8 +28,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.headers import header_fields
-from ..server.accounts import frame_message, unsubscribe_internal
-from ..server.gojson import go_time
+from ..server.accounts import frame_message, publish_internal, unsubscribe_internal
+from ..server.gojson import go_time, parse_go_time
 from . import errors
 from .sourcing import (
     Link,
@@ -93,8 +93,6 @@ class Wire:
 
     def publish(self, account: Account, subject: str, payload: bytes,
                 headers: bytes | None = None, reply: str | None = None) -> None:
-        from ..server.accounts import publish_internal
-
         before, self.publishing = self.publishing, account
         try:
             publish_internal(self.server, account, subject.encode(), payload, headers,
@@ -132,10 +130,15 @@ def ack_info(reply: bytes | None) -> tuple[str, int, int, int, int, int] | None:
     else:
         return None
     numbers = tokens[at + 1:at + 6]
-    if not all(n.isdigit() and int(n) <= MAX_INT64 for n in numbers):
+    if not all(_number(n) for n in numbers):
         return None
     dc, sseq, dseq, ts, pending = (int(n) for n in numbers)
     return tokens[at], dc, sseq, dseq, ts, pending
+
+
+def _number(token: str) -> bool:
+    """Whether `token` is a number as the reference reads one (decimal digits, in int64)."""
+    return token.isascii() and token.isdigit() and int(token) <= MAX_INT64
 
 
 def _decoded(payload: bytes) -> dict[str, Any] | None:
@@ -143,7 +146,7 @@ def _decoded(payload: bytes) -> dict[str, Any] | None:
     reference decodes them into)."""
     try:
         answer = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(answer, dict):
         return None
@@ -313,11 +316,8 @@ class ExternalLink(Link):
         last_ts = store.last_ts if store.count else 0
         if spec.get("opt_start_time"):
             start = str(spec["opt_start_time"])
-            if not self.mirror and last_ts:
-                from ..server.gojson import parse_go_time
-
-                if parse_go_time(start) < last_ts:
-                    start = go_time(last_ts, utc=True)
+            if not self.mirror and last_ts and parse_go_time(start) < last_ts:
+                start = go_time(last_ts, utc=True)
             return {"deliver_policy": "by_start_time", "opt_start_time": start}
         if not self.mirror and store.first_seq > 1 and last_ts:
             return {"deliver_policy": "by_start_time", "opt_start_time": go_time(last_ts, utc=True)}
@@ -439,7 +439,7 @@ class ExternalLink(Link):
             return self.wire.publish(self.account, reply.decode(errors="replace"), b"", where)
         fields = header_fields(headers)
         last = fields.get("nats-last-consumer", "")
-        if last.isdigit() and int(last) > 0 and int(last) != self.dseq:
+        if _number(last) and int(last) > 0 and int(last) != self.dseq:
             return self._retry()
         stalled = fields.get("nats-consumer-stalled")
         if stalled and literal_subject(stalled):

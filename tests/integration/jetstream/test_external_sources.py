@@ -233,14 +233,15 @@ async def sources_run(server: Server) -> dict[str, Any]:
             await b.request(f"l.{i}", b"l%d" % i)
         created = await api(b, "STREAM.CREATE.SS", {
             "name": "SS", "subjects": ["ss.>"], "storage": "memory",
-            "sources": [{"name": "O", "filter_subject": "o.1", "external": external("dlv.s1")},
+            "sources": [{"name": "O", "filter_subject": "o.1", "opt_start_seq": 3,
+                         "external": external("dlv.s1")},
                         {"name": "O", "external": external("dlv.s2"),
                          "subject_transforms": [{"src": "o.0", "dest": "x.0"}]},
                         {"name": "L", "opt_start_seq": 3}]})
-        await in_step(b, "SS", 6)
+        await in_step(b, "SS", 5)
         await a.request("o.1", b"later")
         await b.request("ss.own", b"own")
-        info = await in_step(b, "SS", 8)
+        info = await in_step(b, "SS", 7)
         got = await messages(b, "SS")
         await delete(b, "SS", "L")
         await delete(a, "O")
