@@ -27,6 +27,7 @@ from .consumer_config import check as check_consumer
 from .consumer_config import check_change, check_on_stream, valid_group_name
 from .consumer_config import normalize as normalize_consumer
 from .errors import ApiError
+from .external import Wire
 from .sourcing import Copier
 from .stream import (
     API_LEVEL,
@@ -80,7 +81,8 @@ class JetStream:
         self._to_pump: dict[Consumer, None] = {}  # consumers acked this turn (pumped at flush)
         self._holding = False  # in a turn of _turn's: what is sent waits for its one flush
         self._open: dict[Stream, list[tuple[Account, bytes | None, dict[str, Any]]]] = {}
-        self.copier = Copier(self._store_copy, self._soon)  # mirrors and sources
+        self.wire = Wire(server)  # (external origins' links: external.py)
+        self.copier = Copier(self._store_copy, self._soon, self.wire.links(self._store_copy))
         # Streams a restore is opening in a worker thread (snapshot.py): their names taken.
         self.restoring: set[tuple[Account, str]] = set()
         self.subs: list[tuple[Account, Any]] = []
@@ -108,8 +110,9 @@ class JetStream:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for streams in self.streams.values():
+        for account, streams in self.streams.items():
             for stream in streams.values():
+                self.copier.detach(account, stream)  # (an external link's timers end too)
                 stream.close()
 
     def _stream_dir(self, account: Account, name: str) -> str:
@@ -219,6 +222,8 @@ class JetStream:
             prefix = f"$JS.{self.config.domain}.API.".encode()
 
             def in_domain(pub: Any, subject: bytes, *rest: Any) -> bool | None:
+                if pub is None and self.wire.publishing is account:
+                    return False  # (a link's own request: the domain maps clients' ones)
                 return self._audited(account, pub, b"$JS.API." + subject[len(prefix):], *rest)
 
             sub = subscribe_internal(self.server.accounts, account, prefix + b">", in_domain,

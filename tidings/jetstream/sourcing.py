@@ -12,6 +12,10 @@ from where it stands (a catch-up in bounded slices, one per turn of the loop) an
 caught up, takes each message the origin stores as it is stored. Where a link stands is read
 back from the stream itself after a restart (a mirror's last sequence; a source's last
 `Nats-Stream-Source` header naming it), so nothing else is kept.
+
+A mirror or source with `external: {api, deliver}` names an origin reached through an API
+prefix (another account's `$JS.API`, imported): its link is external.py's, which goes
+through a consumer as the reference does; the Copier makes it through `external`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocol.headers import header_fields
 from ..protocol.subjects import is_valid_subject, subject_matches, subjects_collide
+from ..server.godecode import go_quote
 from ..server.gojson import parse_go_time
 from . import errors
 from .memstore import StoredMsg
@@ -38,6 +43,8 @@ log = logging.getLogger("tidings.jetstream")
 SOURCE_HEADER = "Nats-Stream-Source"
 CATCH_UP_SLICE = 1000  # messages a link copies in one turn of the loop while catching up
 _DROPPED_PREFIXES = (b"nats-expected-", b"nats-batch-")
+JS_API = "$JS.API"  # what an external API prefix must not overlap
+_HASH_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
 # -- configuration ------------------------------------------------------------------------
@@ -45,10 +52,15 @@ _DROPPED_PREFIXES = (b"nats-expected-", b"nats-batch-")
 def check(cfg: dict[str, Any], origin_config: Any) -> None:
     """The reference's checks of a configuration's mirror and sources, in its order;
     `origin_config(name)` is the configuration of a stream of the account (None if none).
-    A mirror inherits its origin's allow_direct as mirror_direct."""
+    A mirror inherits its origin's allow_direct as mirror_direct. An external origin
+    (`external`: in another account or domain) is not looked for here; its prefixes are
+    checked instead."""
+    origins: list[dict[str, Any]] = []  # the configurations of the local origins there are
+    externals: list[dict[str, str]] = []
     mirror = cfg.get("mirror")
     if mirror:
         _check_mirror(cfg, mirror, origin_config)
+        _gather(mirror, origin_config, origins, externals)
     inames: set[str] = set()
     for source in cfg.get("sources") or []:
         if not source or not valid_asset_name(source.get("name") or ""):
@@ -68,6 +80,60 @@ def check(cfg: dict[str, Any], origin_config: Any) -> None:
                 if i != j and _subset(tr.get("src") or ">", other.get("src") or ">"):
                     raise errors.SOURCE_OVERLAPPING_SUBJECT_FILTERS()
         _refuse_unbuilt(source)
+        _gather(source, origin_config, origins, externals)
+    _check_prefixes(externals, [s for origin in origins for s in origin.get("subjects") or []])
+
+
+def external_of(spec: dict[str, Any]) -> dict[str, str] | None:
+    """A mirror's or source's `external` (its api and deliver prefixes, each "" when not
+    given, as the reference echoes them), None for an origin in the stream's own account."""
+    ext = spec.get("external")
+    if not isinstance(ext, dict):
+        return None
+    return {"api": str(ext.get("api") or ""), "deliver": str(ext.get("deliver") or "")}
+
+
+def _gather(spec: dict[str, Any], origin_config: Any, origins: list[dict[str, Any]],
+            externals: list[dict[str, str]]) -> None:
+    """A local origin's configuration (if it exists), or an external one's prefixes."""
+    ext = external_of(spec)
+    if ext is not None:
+        spec["external"] = ext
+        externals.append(ext)
+        return
+    origin = origin_config(spec.get("name") or "")
+    if origin is not None:
+        origins.append(origin)
+
+
+def _check_prefixes(externals: list[dict[str, str]], origin_subjects: list[str]) -> None:
+    """The reference's checks of external prefixes: a deliver prefix a literal subject
+    that no local origin's subject would take again under it, an API prefix a literal
+    subject apart from `$JS.API`."""
+    for ext in externals:
+        prefix = ext["deliver"]
+        if not prefix:
+            continue
+        if not literal_subject(prefix):
+            raise errors.STREAM_INVALID_EXTERNAL_DELIVERY_SUBJ(prefix=prefix)
+        for subject in origin_subjects:
+            if subjects_collide(subject, f"{prefix}.{subject}"):
+                raise errors.STREAM_EXTERNAL_DEL_PREFIX_OVERLAPS(prefix=prefix, subject=subject)
+    for ext in externals:
+        prefix = ext["api"]
+        if not prefix:
+            continue
+        if not literal_subject(prefix):
+            raise errors.STREAM_INVALID_CONFIG(
+                err=f"stream external api prefix {go_quote(prefix)} must be a valid subject "
+                    "without wildcards")
+        if subjects_collide(prefix, JS_API):
+            raise errors.STREAM_EXTERNAL_API_OVERLAP(prefix=prefix, subject=JS_API)
+
+
+def literal_subject(subject: str) -> bool:
+    """A subject a message may be published on: valid, without wildcards."""
+    return is_valid_subject(subject) and not any(t in ("*", ">") for t in subject.split("."))
 
 
 def _check_mirror(cfg: dict[str, Any], mirror: dict[str, Any], origin_config: Any) -> None:
@@ -89,6 +155,8 @@ def _check_mirror(cfg: dict[str, Any], mirror: dict[str, Any], origin_config: An
             if i != j and subjects_collide(tr.get("src") or ">", other.get("src") or ">"):
                 raise errors.MIRROR_OVERLAPPING_SUBJECT_FILTERS()
     _refuse_unbuilt(mirror)
+    if external_of(mirror) is not None:
+        return  # (the reference neither checks its name nor looks for it here)
     if not valid_asset_name(mirror.get("name") or ""):
         raise errors.MIRROR_INVALID_STREAM_NAME()
     origin = origin_config(mirror["name"])
@@ -100,10 +168,9 @@ def _check_mirror(cfg: dict[str, Any], mirror: dict[str, Any], origin_config: An
 
 
 def _refuse_unbuilt(spec: dict[str, Any]) -> None:
-    for field in ("external", "consumer"):
-        if spec.get(field):
-            raise errors.STREAM_INVALID_CONFIG(
-                err=f"stream source {field} is not supported by tidings yet")
+    if spec.get("consumer"):
+        raise errors.STREAM_INVALID_CONFIG(
+            err="stream source consumer is not supported by tidings yet")
 
 
 def _check_transform(tr: dict[str, Any], bad_filter: Any, bad_dest: Any) -> None:
@@ -120,15 +187,27 @@ def _subset(subject: str, pattern: str) -> bool:
 
 
 def index_name(spec: dict[str, Any]) -> str:
-    """The reference's index name of a source: its stream, and its filters and their
-    destinations (each ">" when not given)."""
+    """The reference's index name of a source: its stream (with a hash of its API prefix
+    when external: the same name in another account or domain is another origin), and its
+    filters and their destinations (each ">" when not given)."""
     transforms = spec.get("subject_transforms") or []
     if transforms:
         src = "\f".join(tr.get("src") or ">" for tr in transforms)
         dest = "\f".join(tr.get("dest") or ">" for tr in transforms)
     else:
         src, dest = spec.get("filter_subject") or ">", ">"
-    return f"{spec['name']} {src} {dest}"
+    name = spec["name"]
+    ext = external_of(spec)
+    if ext is not None:
+        name = f"{name}:{short_hash(ext['api'])}"
+    return f"{name} {src} {dest}"
+
+
+def short_hash(text: str) -> str:
+    """The reference's 8-character hash of a name (SHA-256, each of the first 8 bytes as
+    one of 62 digits)."""
+    digest = hashlib.sha256(text.encode()).digest()
+    return "".join(_HASH_DIGITS[b % len(_HASH_DIGITS)] for b in digest[:8])
 
 
 # -- one stream copying another ---------------------------------------------------------------
@@ -155,6 +234,7 @@ class Link:
         self.origin: Stream | None = None
         self.account: Any = None  # the target's (and origin's) account (Copier.attach)
         self.catching_up = False
+        self.error: dict[str, Any] | None = None  # why it cannot copy now (as the API said)
 
     def subject_for(self, subject: str) -> str | None:
         """The subject a message on `subject` is copied as; None if it is not taken."""
@@ -209,10 +289,16 @@ class Link:
 
     def info(self) -> dict[str, Any]:
         """The reference's StreamSourceInfo."""
-        out: dict[str, Any] = {"name": self.origin_name, "lag": self.lag()}
+        out: dict[str, Any] = {"name": self.origin_name}
+        ext = external_of(self.spec)
+        if ext is not None:
+            out["external"] = ext
+        out["lag"] = self.lag()
         if not self.mirror and self.copied:
             out["seq"] = self.copied
         out["active"] = time.monotonic_ns() - self.active if self.active else -1
+        if self.error is not None:
+            out["error"] = self.error
         if self.spec.get("filter_subject"):
             out["filter_subject"] = self.spec["filter_subject"]
         if self.spec.get("subject_transforms"):
@@ -226,27 +312,42 @@ class Link:
         if subject is None:
             return None
         if self.mirror:
-            return subject, msg.headers, msg.data, {"ts": msg.ts, "at_seq": msg.seq}
+            return subject, without_headers(msg.headers, False), msg.data, \
+                {"ts": msg.ts, "at_seq": msg.seq}
         if msg.headers and _sourced_from(msg.headers, self.target.name):
             return None  # (a copy of its own message coming round a cycle of sources)
-        headers = _without_source_headers(msg.headers)
         origin = self.origin
         ident = identity(origin) if origin is not None else ""
-        src, dest = self.iname.split(" ")[1:]
-        value = f"{self.origin_name} {msg.seq} {src} {dest} {msg.subject} {ident}".rstrip()
-        headers = (headers or b"NATS/1.0\r\n\r\n")[:-2] + \
+        return subject, self.source_headers(msg.headers, msg.seq, msg.subject, ident), \
+            msg.data, {}
+
+    def source_headers(self, headers: bytes | None, seq: int, subject: str,
+                       ident: str) -> bytes:
+        """A sourced message's headers: the origin's, less those not copied, and the
+        source header naming the link (its index name), the origin's sequence and subject,
+        and the origin's identity (if known)."""
+        name, src, dest = self.iname.split(" ")
+        value = f"{name} {seq} {src} {dest} {subject} {ident}".rstrip()
+        return (without_headers(headers, True) or b"NATS/1.0\r\n\r\n")[:-2] + \
             f"{SOURCE_HEADER}: {value}\r\n\r\n".encode()
-        return subject, headers, msg.data, {}
+
+    def stop(self) -> None:
+        """It copies no more (a local link has nothing of its own to end)."""
 
 
-def _without_source_headers(headers: bytes | None) -> bytes | None:
-    """A sourced message's headers without the origin's own source header and its
-    Nats-Expected-* and Nats-Batch-* headers (not checked again in the copy)."""
+def without_headers(headers: bytes | None, sourced: bool) -> bytes | None:
+    """A copy's headers without the origin's Nats-Expected-* and Nats-Batch-* headers
+    (not checked again in the copy), and, in a source's copy, the origin's own source
+    header; None when none is left."""
     if not headers:
         return None
+    lowered = headers.lower()
+    if not sourced and not any(prefix in lowered for prefix in _DROPPED_PREFIXES):
+        return headers
     lines = headers.split(b"\r\n")
+    source = SOURCE_HEADER.lower().encode() + b":"
     kept = [line for line in lines[1:] if line and not (
-        line.lower().startswith(SOURCE_HEADER.lower().encode() + b":")
+        (sourced and line.lower().startswith(source))
         or line.lower().startswith(_DROPPED_PREFIXES))]
     if not kept:
         return None
@@ -268,15 +369,20 @@ def identity(stream: Stream) -> str:
 # -- the links of one JetStream -------------------------------------------------------------------
 
 StoreCopy = Callable[[Any, "Stream", str, "bytes | None", bytes, dict[str, Any]], None]
+# (account, target, spec, mirror) -> the started link of an external origin (external.py)
+ExternalLinks = Callable[[Any, "Stream", dict[str, Any], bool], Link]
 
 
 class Copier:
     """Which streams copy which (by account and origin name), each origin's stored messages
-    handed on to the links caught up with it, catch-ups run a slice per turn (`soon`)."""
+    handed on to the links caught up with it, catch-ups run a slice per turn (`soon`).
+    An external origin's link is `external`'s (none: such a link copies nothing)."""
 
-    def __init__(self, store_copy: StoreCopy, soon: Callable[[Callable[[], None]], None]) -> None:
+    def __init__(self, store_copy: StoreCopy, soon: Callable[[Callable[[], None]], None],
+                 external: ExternalLinks | None = None) -> None:
         self.store_copy = store_copy
         self.soon = soon
+        self.external = external
         self.links: dict[tuple[Any, str], list[Link]] = {}
 
     def attach(self, account: Any, target: Stream, streams: dict[str, Stream]) -> None:
@@ -286,6 +392,10 @@ class Copier:
         specs = [(cfg["mirror"], True)] if cfg.get("mirror") else \
             [(spec, False) for spec in cfg.get("sources") or []]
         for spec, mirror in specs:
+            if external_of(spec) is not None:
+                target.links.append(self.external(account, target, spec, mirror)
+                                    if self.external is not None else Link(target, spec, mirror))
+                continue
             link = Link(target, spec, mirror)
             link.account = account
             target.links.append(link)
@@ -296,6 +406,7 @@ class Copier:
 
     def detach(self, account: Any, target: Stream) -> None:
         for link in target.links:
+            link.stop()
             links = self.links.get((account, link.origin_name), [])
             if link in links:
                 links.remove(link)
