@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.headers import header_fields
-from ..server.accounts import frame_message, publish_internal, unsubscribe_internal
+from ..server.accounts import publish_internal, subscribe_internal, unsubscribe_internal
 from ..server.gojson import go_time, parse_go_time
 from . import errors
 from .sourcing import (
@@ -75,18 +75,12 @@ class Wire:
     def subscribe(self, account: Account, subject: str, handler: Handler) -> Subscription:
         """`handler(subject, reply, headers, payload)` for each message on `subject`, with the
         subject the message carries (a push consumer's delivery: the origin's subject)."""
-        def carry(pub: Any, subj: bytes, reply: bytes | None, frame: Any, plain: Any,
-                  hops: int) -> bool:
-            head = frame[0]
-            subject_of = head[head.index(b" ") + 1:].decode(errors="replace")
-            headers, payload = frame_message(frame)
-            try:
-                handler(subject_of, reply, headers, payload)
-            except Exception:  # a defect here must not reach the publisher's read
-                log.exception("JetStream: external link: message on %r failed", subj)
-            return True
+        def carry(subj: bytes, reply: bytes | None, headers: bytes | None,
+                  payload: bytes) -> None:
+            handler(subj.decode(errors="replace"), reply, headers, payload)
 
-        return self.server.accounts._relay_sub(account, subject.encode(), carry)
+        return subscribe_internal(self.server.accounts, account, subject.encode(), carry,
+                                  carried=True)
 
     def unsubscribe(self, account: Account, sub: Subscription) -> None:
         unsubscribe_internal(self.server.accounts, account, sub)

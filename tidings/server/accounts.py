@@ -523,13 +523,18 @@ def frame_message(frame: Frame) -> tuple[bytes | None, bytes]:
 
 def subscribe_internal(accounts: Accounts, account: Account, subject: bytes,
                        handler: Handler, routed: bool = True,
-                       with_client: bool = False) -> Subscription:
+                       with_client: bool = False, carried: bool = False) -> Subscription:
     """A subscription of the server itself in `account`: `handler(subject, reply, headers,
     payload)` for each message (also one that came over a route, if `routed`); with
     `with_client`, `handler(publisher, subject, reply, headers, payload)` (the connection
-    the message came from, None for the server's own)."""
+    the message came from, None for the server's own). With `carried`, the subject is the
+    one the message carries, not the one it was routed by (a push consumer's delivery
+    carries its stored subject)."""
     def carry(pub: Connection | None, subj: bytes, reply: bytes | None, frame: Frame,
               plain: Frame | None, hops: int) -> bool:
+        if carried:
+            head = frame[0]
+            subj = head[head.index(b" ") + 1:]
         headers, payload = frame_message(frame)
         try:
             if with_client:
