@@ -123,6 +123,9 @@ INTERNAL_CONTROL_LINE = 64 * 1024
 # empty, so that it skips none (it only reads it).
 _NEVER_UNROUTED: dict[bytes, Any] = {}
 PubHandler = Callable[[bytes, bytes | None, bytes], None]
+# Replies a client may not give, each from a length on (the reference's isReservedReply).
+_RESERVED_REPLIES = ((b"_R_.", 4), (b"$JS.ACK.", 9), (b"_GR_.", 6))
+_RESERVED_FIRST = frozenset(prefix[0] for prefix, _ in _RESERVED_REPLIES)
 
 # The first server PING after CONNECT.
 FIRST_PING_INTERVAL = 2.0
@@ -461,6 +464,20 @@ class ClientConnection(Connection):
         self.send_err(error)
         log.error("%s - Publish Violation - Subject %s", self.describe(), subj)
 
+    def reserved_reply(self, reply: bytes, trace: MsgTrace | None = None) -> bool:
+        """Whether `reply` is one a client may not give (a JetStream ack's, a service
+        import's or a gateway's reply: it could answer for another); if so, the reference's
+        -ERR and log line."""
+        if not any(reply.startswith(prefix) and len(reply) >= least
+                   for prefix, least in _RESERVED_REPLIES):
+            return False
+        error = f"Permissions Violation for Publish with Reply of {_quoted(reply)}"
+        if trace is not None:
+            trace.fail(error)
+        self.send_err(error)
+        log.error("%s - Publish Violation - Reply %s", self.describe(), _quoted(reply))
+        return True
+
     def _checked_pub(self, subject: bytes, reply: bytes | None, payload: bytes) -> None:
         if self.may_publish(subject):
             self.on_pub(subject, reply, payload)
@@ -497,6 +514,8 @@ class ClientConnection(Connection):
             self.queue(OK)
 
     def on_pub(self, subject: bytes, reply: bytes | None, payload: bytes) -> None:
+        if reply and reply[0] in _RESERVED_FIRST and self.reserved_reply(reply):
+            return
         if self.verbose:
             self.queue(OK)
         self.in_msgs += 1
@@ -525,6 +544,8 @@ class ClientConnection(Connection):
         if self.account.mappings is not None:
             subject = self.mapped(subject, trace)  # (after the trace began: it names the published)
         if self.rights is not None and not self.may_publish(subject, trace):
+            return
+        if reply and reply[0] in _RESERVED_FIRST and self.reserved_reply(reply, trace):
             return
         if self.verbose:
             self.queue(OK)

@@ -487,3 +487,16 @@ def test_socket_closed_by_client_midway(port: int) -> None:
     with connected(port) as conn:
         conn.send(b"PUB q 1\r\nx\r\n")
         assert conn.barrier() == b""
+
+
+@pytest.mark.parametrize("reply", [b"$JS.ACK.S.C.1.1.1.1.0", b"_R_.abc.def", b"_GR_.x.y"])
+def test_a_reserved_reply_subject_is_refused(port: int, reply: bytes) -> None:
+    """A client may not name a JetStream ack, a service import's or a gateway's reply as
+    its reply (it could ack another's message): -ERR, and nothing is delivered."""
+    with connected(port) as conn:
+        conn.send(b"SUB foo 1\r\n")
+        conn.send(b"PUB foo " + reply + b" 2\r\nhi\r\nHPUB foo " + reply
+                  + b" 12 14\r\nNATS/1.0\r\n\r\nhi\r\nPUB foo $JS.ACK 2\r\nok\r\n")
+        got = conn.barrier()
+        refused = b"-ERR 'Permissions Violation for Publish with Reply of \"%s\"'\r\n" % reply
+        assert got == refused * 2 + b"MSG foo 1 $JS.ACK 2\r\nok\r\n"
