@@ -173,8 +173,12 @@ class Relay:
 
 
 def reframe(frame: Frame, subject: bytes, new_subject: bytes) -> Frame:
-    """`frame` (whose head ends with `subject`) for `new_subject`."""
+    """`frame`, routed by `subject`, for `new_subject`: the subject it carries renamed if it
+    is the one it was routed by (a JetStream delivery, routed by its deliver subject,
+    carries the message's stored subject, and keeps it)."""
     head, tail, big, size = frame
+    if not (head.endswith(subject) and head[len(head) - len(subject) - 1] == 32):
+        return frame
     return head[: len(head) - len(subject)] + new_subject, tail, big, size
 
 
