@@ -220,6 +220,7 @@ class FileStore(StoreLimits):
         self._sealed: deque[_Block] = deque()  # blocks waiting to be compressed
         self._compression: _Compression | None = None
         self._chunk_cache: OrderedDict[tuple[int, int], bytes] = OrderedDict()
+        self._last_chunk: tuple[_Block, int, bytes] | None = None  # block, its start, bytes
         self.compact_min = COMPACT_MIN
         self.subjects: dict[str, int] = {}  # subject -> messages on it
         self.bytes = 0
@@ -598,12 +599,18 @@ class FileStore(StoreLimits):
     def _read_chunks(self, blk: _Block, off: int, size: int) -> tuple[bytes, int]:
         """The record at decoded offset `off` of a compressed block (CorruptChunk if a
         chunk it is in does not decode)."""
+        last = self._last_chunk  # (reads in order stay in one chunk for a while)
+        if last is not None and last[0] is blk:
+            start = off - last[1]
+            if 0 <= start and start + size <= len(last[2]):
+                return last[2], start
         chunks = blk.chunks
         assert chunks is not None
         k = chunks.find(off)
         data = self._chunk(blk, k)
         start = off - chunks.starts[k]
         if start + size <= len(data):
+            self._last_chunk = (blk, chunks.starts[k], data)
             return data, start
         parts, got = [data[start:]], len(data) - start
         while got < size:  # (a record that spans chunks)
@@ -726,6 +733,8 @@ class FileStore(StoreLimits):
             self._rcache = None
         for key in [key for key in self._chunk_cache if key[0] == index]:
             del self._chunk_cache[key]
+        if self._last_chunk is not None and self._last_chunk[0].index == index:
+            self._last_chunk = None
 
     # -- group commit ----------------------------------------------------------------------
     def begin(self) -> None:
