@@ -21,6 +21,7 @@ from ..protocol.subjects import subject_matches
 from ..server import godecode
 from ..server.accounts import Account, publish_internal, subscribe_internal
 from ..server.connection import msg_frame
+from ..server.gojson import parse_go_time
 from . import errors, limits, schemas, sourcing
 from .consumer import Consumer, ephemeral_name
 from .consumer_config import check as check_consumer
@@ -35,6 +36,7 @@ from .stream import (
     check_update,
     dumps,
     last_on,
+    next_on,
     normalize,
     same_config,
     stored_message,
@@ -474,18 +476,29 @@ class JetStream:
 
     def _get(self, account: Account, stream: Stream, body: Any, reply: bytes,
              kind: str) -> None:
-        if not isinstance(body, dict):
+        """STREAM.MSG.GET as the reference answers it: by sequence, the last on a subject,
+        the next on one from a sequence or a time, the first at or after a time; no
+        batches (the direct get has them)."""
+        if not isinstance(body, dict) or body.get("batch") or body.get("max_bytes"):
             raise errors.BAD_REQUEST()
-        msg = None
-        if isinstance(body.get("seq"), int):
-            msg = stream.store.get(body["seq"])
-        elif isinstance(body.get("last_by_subj"), str):
-            msg = last_on(stream.store, body["last_by_subj"])
+        seq, last = int(body.get("seq") or 0), body.get("last_by_subj") or ""
+        after, start = body.get("next_by_subj") or "", body.get("start_time")
+        if ((seq and last) or not (seq or last or after or start) or (seq and start)
+                or (start and last) or (last and after)):
+            raise errors.BAD_REQUEST()
+        store = stream.store
+        if start:
+            seq = store.first_at(parse_go_time(str(start)))
+        if after:
+            msg = next_on(store, str(after), seq)
+        elif seq:
+            msg = store.get(seq)
         else:
-            raise errors.BAD_REQUEST()
+            msg = last_on(store, str(last))
         if msg is None:
             raise errors.NO_MESSAGE_FOUND()
-        self._reply(account, reply, kind, message=stored_message(msg))
+        self._reply(account, reply, kind,
+                    message=stored_message(msg, with_headers=not body.get("no_hdr")))
 
     # -- consumers -----------------------------------------------------------------------------
     def _consumer_request(self, account: Account, streams: dict[str, Stream], op: str,

@@ -16,6 +16,7 @@ from ..protocol.headers import replace_header
 from ..protocol.subjects import subject_matches
 from ..server.gojson import go_time, parse_go_time
 from .memstore import StoredMsg
+from .stream import last_on, next_on
 
 MAX_MULTI = 1024  # messages a multi_last get answers at most (the reference's)
 
@@ -67,8 +68,6 @@ def _last_by_key(stream: Any, key: str, body: bytes) -> list[Reply]:
                 "last_by_subj", "next_by_subj", "multi_last", "seq", "batch", "start_time",
                 "up_to_seq", "up_to_time")):
             return [status("408 Bad Request")]
-    from .stream import last_on
-
     msg = last_on(stream.store, key)
     if msg is None:
         return [status("404 Message Not Found")]
@@ -77,8 +76,6 @@ def _last_by_key(stream: Any, key: str, body: bytes) -> list[Reply]:
 
 def _batch(stream: Any, req: dict[str, Any], seq: int, last: Any, after: Any, batch: int,
            limit: int) -> list[Reply]:
-    from .stream import last_on
-
     store = stream.store
     if last:
         msg = last_on(store, str(last))
@@ -87,7 +84,7 @@ def _batch(stream: Any, req: dict[str, Any], seq: int, last: Any, after: Any, ba
         return [(_headers(stream.name, msg, no_headers=req.get("no_hdr")), msg.data)]
     filt = str(after) if after else ">"
     if not batch:
-        msg = store.get(seq) if seq and not after else _next(store, filt, seq)
+        msg = store.get(seq) if seq and not after else next_on(store, filt, seq)
         if msg is None:
             return [status("404 Message Not Found")]
         return [(_headers(stream.name, msg, no_headers=req.get("no_hdr")), msg.data)]
@@ -95,7 +92,7 @@ def _batch(stream: Any, req: dict[str, Any], seq: int, last: Any, after: Any, ba
     out: list[Reply] = []
     sent, last_seq = 0, 0
     for _ in range(batch):
-        msg = _next(store, filt, seq)
+        msg = next_on(store, filt, seq)
         if msg is None:
             break
         seq = msg.seq + 1
@@ -167,17 +164,9 @@ def _headers(stream: str, msg: StoredMsg, pending: int | None = None, last_seq: 
     return block
 
 
-def _next(store: Any, subject: str, seq: int) -> StoredMsg | None:
-    for n in store.matching(max(seq, 1), lambda found: subject_matches(subject, found)):
-        msg = store.get(n)
-        if msg is not None:
-            return msg  # type: ignore[no-any-return]
-    return None
-
-
 def _pending(store: Any, subject: str, seq: int) -> int:
-    if subject == ">" and seq <= store.first_seq:
-        return int(store.count)
+    if subject == ">":
+        return int(store.count_from(seq))
     return sum(1 for _ in store.matching(max(seq, 1), lambda s: subject_matches(subject, s)))
 
 

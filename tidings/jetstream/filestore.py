@@ -405,6 +405,40 @@ class FileStore(StoreLimits):
     def first_ts(self) -> int:
         return self._ts(self.first_seq)
 
+    def count_from(self, seq: int) -> int:
+        """Messages at or after `seq`, from the index (each block's live count)."""
+        if seq <= self.first_seq:
+            return self._count
+        if seq > self.last_seq:
+            return 0
+        k = bisect_right(self._firsts, seq) - 1
+        blk = self._blocks[k]
+        i = min(seq - blk.first, len(blk.offs))
+        here = len(blk.offs) - i - blk.offs[i:].count(-1)
+        return here + sum(b.live for b in self._blocks[k + 1:])
+
+    def first_at(self, ns: int) -> int:
+        """The first sequence stored at or after `ns` (past the last if none): a binary
+        search of the index's times (stored times do not go back)."""
+        blocks = [b for b in self._blocks if b.live]
+        lo, hi = 0, len(blocks)
+        while lo < hi:  # the first block whose last live time is at or after ns
+            mid = (lo + hi) // 2
+            blk = blocks[mid]
+            last = next(blk.tss[i] for i in range(len(blk.offs) - 1, -1, -1)
+                        if blk.offs[i] >= 0)
+            if last < ns:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == len(blocks):
+            return self.last_seq + 1
+        blk = blocks[lo]
+        for i in range(max(self.first_seq - blk.first, 0), len(blk.offs)):
+            if blk.offs[i] >= 0 and blk.tss[i] >= ns:
+                return blk.first + i
+        return self.last_seq + 1
+
     def _ts(self, seq: int) -> int:
         found = self._locate(seq)
         assert found is not None

@@ -67,6 +67,14 @@ class StoreLimits:
             if subject is not None and matches(subject):
                 yield seq
 
+    def count_from(self, seq: int) -> int:
+        """Messages at or after `seq`."""
+        if seq <= self.first_seq:
+            return int(self.count)
+        if self.count == self.last_seq - self.first_seq + 1:  # (no gap)
+            return max(0, self.last_seq - seq + 1)
+        return sum(1 for n in range(seq, self.last_seq + 1) if self.subject_of(n) is not None)
+
     def first_at(self, ns: int) -> int:
         """The first sequence stored at or after `ns` (past the last if none)."""
         for seq in range(self.first_seq, self.last_seq + 1):

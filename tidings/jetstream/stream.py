@@ -245,6 +245,21 @@ def last_on(store: Any, subject: str) -> StoredMsg | None:
     return store.get(last) if last else None  # type: ignore[no-any-return]
 
 
+def next_on(store: Any, subject: str, seq: int) -> StoredMsg | None:
+    """The first message at or after `seq` on `subject` (a filter)."""
+    if subject == ">":
+        for n in range(max(seq, store.first_seq, 1), store.last_seq + 1):
+            msg = store.get(n)
+            if msg is not None:
+                return msg  # type: ignore[no-any-return]
+        return None
+    for n in store.matching(max(seq, 1), lambda found: subject_matches(subject, found)):
+        msg = store.get(n)
+        if msg is not None:
+            return msg  # type: ignore[no-any-return]
+    return None
+
+
 def _mapped(transform: Any, subject: str) -> str:
     """`subject` through the stream's input transform (unchanged when it does not match)."""
     if not subject_matches(transform.source, subject):
@@ -780,14 +795,14 @@ ZERO_TIME = "0001-01-01T00:00:00Z"
 META_FILE = "meta.json"
 
 
-def stored_message(msg: StoredMsg) -> dict[str, Any]:
+def stored_message(msg: StoredMsg, with_headers: bool = True) -> dict[str, Any]:
     """A stored message as STREAM.MSG.GET answers it."""
     import base64
 
     from ..server.gojson import go_time
 
     out: dict[str, Any] = {"subject": msg.subject, "seq": msg.seq}
-    if msg.headers:
+    if msg.headers and with_headers:
         out["hdrs"] = base64.b64encode(msg.headers).decode()
     if msg.data:
         out["data"] = base64.b64encode(msg.data).decode()

@@ -1,4 +1,5 @@
-"""The row schema of the `nats` source and Arrow record batches built from column lists.
+"""The row schemas of the `nats` source (a channel's rows, a JetStream stream's rows) and
+Arrow record batches built from column lists.
 
 A Python data source that yields tuples is converted row by row by Spark (about 0.45 M rows/s
 on a small machine); yielding `pyarrow.RecordBatch`es skips that (about 1.5 M rows/s). Spark
@@ -54,6 +55,63 @@ def spark_schema():  # -> pyspark.sql.types.StructType (imported lazily: pyspark
         StructField("timestamp", TimestampType()),
         StructField("redelivered", BooleanType()),
     ])
+
+
+STREAM_ARROW_SCHEMA = pa.schema([
+    pa.field("stream", pa.string()),
+    pa.field("sequence", pa.int64()),
+    pa.field("subject", pa.string()),
+    pa.field("data", pa.binary()),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("headers", pa.map_(pa.string(), pa.list_(pa.string()))),
+])
+_HEADERS_TYPE = STREAM_ARROW_SCHEMA.field("headers").type
+
+
+def stream_spark_schema():  # -> StructType: a JetStream stream's rows
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    return StructType([
+        StructField("stream", StringType()),
+        StructField("sequence", LongType()),
+        StructField("subject", StringType()),
+        StructField("data", BinaryType()),
+        StructField("timestamp", TimestampType()),
+        StructField("headers", MapType(StringType(), ArrayType(StringType()))),
+    ])
+
+
+def stream_batch(stream: str, sequences: Sequence[int], subjects: Sequence[str],
+                 data: Sequence[bytes], timestamps_ns: Sequence[int],
+                 headers: Sequence[Sequence[tuple[str, str]] | None]) -> pa.RecordBatch:
+    """One record batch of a stream's messages from parallel column lists; `headers` each
+    a message's (name, value) pairs in order (a repeated name: its values in one list), or
+    None for a message without headers."""
+    n = len(sequences)
+    name = pa.repeat(pa.scalar(stream, pa.string()), n)
+    stamps = pc.divide(pa.array(timestamps_ns, pa.int64()), _NS_PER_US).cast(_TS_TYPE)
+    maps = pa.array([None if h is None else _grouped(h) for h in headers], _HEADERS_TYPE) \
+        if any(h is not None for h in headers) else pa.nulls(n, _HEADERS_TYPE)
+    return pa.RecordBatch.from_arrays(
+        [name, pa.array(sequences, pa.int64()), pa.array(subjects, pa.string()),
+         pa.array(data, pa.binary()), stamps, maps], schema=STREAM_ARROW_SCHEMA)
+
+
+def _grouped(pairs: Sequence[tuple[str, str]]) -> list[tuple[str, list[str]]]:
+    """(name, [values]) in the order names first appear."""
+    out: dict[str, list[str]] = {}
+    for key, value in pairs:
+        out.setdefault(key, []).append(value)
+    return list(out.items())
 
 
 def message_batch(

@@ -28,9 +28,10 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from ..client import errors as nats_errors
+from .connection import ConnectionLost
 from .options import ConnectionOptions, OptionError
 from .planning import channel_pattern_matches
-from .stan import ChannelInfo, ConnectionLost, Probe, StanConnection, StanError
+from .stan import ChannelInfo, Probe, StanConnection, StanError
 
 T = TypeVar("T")
 TIME_SLACK_NS = 2_000_000_000

@@ -24,17 +24,11 @@ from pyspark.sql.datasource import InputPartition
 from ..client import errors as nats_errors
 from ..streaming.client import Subscription
 from .arrow import columnar_batch, message_batch
+from .connection import ConnectionLost, Losses
 from .fetch import HEADER, FetchReply, FetchUnsupported, fetch_range
 from .options import ConnectionOptions, ReadOptions
 from .planning import SeqRange
-from .stan import (
-    ConnectionLost,
-    Losses,
-    RangeRead,
-    StanConnection,
-    StanError,
-    wait_progress,
-)
+from .stan import RangeRead, StanConnection, StanError, wait_progress
 
 MSG_OVERHEAD = 96  # bytes a delivered message costs besides its data (MSG line, MsgProto)
 

@@ -21,38 +21,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import NamedTuple, TypeVar
 
 from google.protobuf.message import DecodeError
 
 from ..client import Client
 from ..client import errors as nats_errors
-from ..client.nuid import NUID
 from ..streaming.client import ERR_CONNECT_REQ_TIMEOUT, StanError, StreamingClient
 from ..streaming.client import connect as stan_connect
 from ..streaming.pb import protocol_pb2 as pb
+from .connection import ConnectionLost, NatsConnection, unique_id
 from .options import ConnectionOptions
 
 T = TypeVar("T")
 
-__all__ = ["ChannelInfo", "ConnectionLost", "Losses", "Probe", "RangeRead", "StanConnection", "StanError",
-           "check_server",
-           "unique_id", "wait_for_streaming", "wait_progress"]
-
-_nuid = NUID()
-_nuid_pid = os.getpid()
-
-
-def unique_id() -> str:
-    """A NUID, fresh per process: Spark forks its Python workers, and a forked copy of one
-    generator would hand two workers the same streaming client id."""
-    global _nuid, _nuid_pid
-    if _nuid_pid != os.getpid():
-        _nuid, _nuid_pid = NUID(), os.getpid()
-    return _nuid.next().decode()
+__all__ = ["ChannelInfo", "Probe", "RangeRead", "StanConnection", "StanError", "check_server",
+           "wait_for_streaming", "wait_progress"]
 
 
 class Probe(NamedTuple):
@@ -69,118 +55,26 @@ class ChannelInfo(NamedTuple):
     msg_size: int  # an estimate of the size of one message's data
 
 
-class ConnectionLost(StanError):
-    """The connection to the server went away while in use (the caller may reconnect)."""
-
-
-# Refusals that trying again will not change.
-_FINAL = (nats_errors.ServerError, nats_errors.SecureConnWantedError,
-          nats_errors.SecureConnFailedError, nats_errors.InvalidUserCredentialsError)
-RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.5)  # between connect attempts; then every 0.5 s
-
-
-class Losses:
-    """Counts connections lost in a row while the work stood still (`at` the same progress):
-    a server that drops the connection every time (before anything moves on) fails the task
-    instead of holding it in a loop of reconnects."""
-
-    LIMIT = 3
-
-    def __init__(self) -> None:
-        self.at: object = None
-        self.count = 0
-
-    def lost(self, at: object, err: StanError) -> None:
-        if at == self.at:
-            self.count += 1
-        else:
-            self.at, self.count = at, 1
-        if self.count >= self.LIMIT:
-            raise StanError(f"{err} ({self.count} times in a row without progress)") from err
-
-
-class StanConnection:
-    """One connection of the connector: its own NATS connection and streaming client id.
-
-    Connecting keeps trying for `reconnectTimeout` seconds (a server restarting, an embedded
-    streaming server not answering yet), then fails with an error naming the servers. A
-    connection lost while in use fails the streaming client's outstanding PubAcks with
-    `ConnectionLost` and calls the `on_lost` callbacks (a read waiting for messages is woken);
-    `check` turns any error seen meanwhile into ConnectionLost; callers open a new
-    StanConnection to resume.
+class StanConnection(NatsConnection):
+    """A connection of the connector that speaks NATS Streaming: `connect_nats` opens only the
+    NATS connection (what a bulk fetch, `fetch.py`, needs); `connect` registers a streaming
+    client on it. A connection lost while in use also fails the streaming client's
+    outstanding PubAcks with `ConnectionLost`.
     """
 
     def __init__(self, copts: ConnectionOptions, role: str, replaces: StanConnection | None = None
                  ) -> None:
-        self.copts = copts
-        self.client_id = f"{copts.client_id_prefix}-{role}-{unique_id()}"
+        super().__init__(copts, role)
         # The lost connection this one takes over from: its streaming client, if it had one,
         # is closed on the server once this one is registered.
         self.replaces = (replaces.registered or replaces.replaces) if replaces else None
         self.registered: str | None = None
-        self.nc: Client | None = None
         self.sc: StreamingClient | None = None
-        self.on_lost: list[Callable[[ConnectionLost], None]] = []
-        self._connected = False  # once connected, a failure may be a lost connection
-        self._deadline: float | None = None  # of the retries (see `retrying`)
-        self._closing = False
 
-    @property
-    def servers(self) -> str:
-        return ", ".join(self.copts.servers)
-
-    async def retrying(self, attempt: Callable[[], Awaitable[T]], retry_on: Callable[
-            [BaseException], bool], what: str) -> T:
-        """`attempt()` until it succeeds, a final error, or this connection's
-        `reconnectTimeout` has passed: one window from its first attempt for all its steps
-        (NATS, streaming registration, a first fetch), so they cannot add up."""
-        loop = asyncio.get_running_loop()
-        wait = self.copts.reconnect_timeout
-        if self._deadline is None:
-            self._deadline = loop.time() + wait
-        deadline = self._deadline
-        for tries in itertools.count():
-            try:
-                return await attempt()
-            except (nats_errors.Error, StanError, OSError) as exc:
-                if not retry_on(exc):
-                    raise
-                delay = RETRY_DELAYS[min(tries, len(RETRY_DELAYS) - 1)]
-                if loop.time() + delay > deadline:
-                    raise StanError(f"{what} at {self.servers}: still failing after {wait:g} s "
-                                    f"(reconnectTimeout): {exc}") from exc
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
-
-    async def connect_nats(self) -> StanConnection:
-        """Only the NATS connection (enough for a fetch; `connect` registers the client)."""
-        copts = self.copts
-
-        async def attempt() -> Client:
-            nc = Client()
-            await nc.connect(list(copts.servers), event_cb=self._on_event,
-                             **copts.client_kwargs(self.client_id))
-            return nc
-
-        def retry(exc: BaseException) -> bool:
-            cause = exc.__cause__ if isinstance(exc, nats_errors.NoServersError) else exc
-            return not isinstance(exc, _FINAL) and not isinstance(cause, _FINAL)
-
-        try:
-            self.nc = await self.retrying(attempt, retry, "connecting to NATS")
-        except (nats_errors.Error, OSError) as exc:  # a final refusal
-            raise StanError(f"cannot connect to {self.servers}: {exc}") from exc
-        self._connected = True
-        return self
-
-    def _on_event(self, kind: str, reason: object) -> None:
-        if kind != "disconnected" or self._closing:
-            return
-        err = ConnectionLost(f"lost the connection to {self.servers}: {reason or 'closed'}")
+    def lost(self, err: ConnectionLost) -> None:
         if self.sc is not None:
             self.sc.lose(err)
-        for cb in self.on_lost:
-            cb(err)
+        super().lost(err)
 
     async def connect(self, **options: float | int) -> StreamingClient:
         """The streaming client on this connection (`options` for `StreamingClient.connect`,
@@ -217,18 +111,7 @@ class StanConnection:
     def alive(self) -> bool:
         """Connected, and the streaming client (if registered) not closed or lost (its pings
         tell when the server no longer knows it)."""
-        if self.nc is None or not self.nc.is_connected:
-            return False
-        return self.sc is None or not self.sc.closed
-
-    def check(self, exc: BaseException) -> BaseException:
-        """`exc` as ConnectionLost when the connection is gone (what a caller may retry)."""
-        if isinstance(exc, ConnectionLost) or not self._connected or self.alive() or (
-                self._closing):
-            return exc
-        lost = ConnectionLost(f"lost the connection to {self.servers}: {exc}")
-        lost.__cause__ = exc
-        return lost
+        return super().alive() and (self.sc is None or not self.sc.closed)
 
     async def probe(self, channel: str, start_at: str, delta_ns: int | None = None
                     ) -> Probe | None:
@@ -251,15 +134,13 @@ class StanConnection:
         """Close the streaming client (CloseRequest), then the NATS connection."""
         self._closing = True
         sc, self.sc = self.sc, None
-        nc, self.nc = self.nc, None
         try:
-            if sc is not None and nc is not None and nc.is_connected:
+            if sc is not None and self.nc is not None and self.nc.is_connected:
                 await sc.close()
         except (StanError, nats_errors.Error):
             pass
         finally:
-            if nc is not None:
-                await nc.close()
+            await super().close()
 
 
 class RangeRead:

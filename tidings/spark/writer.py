@@ -34,8 +34,9 @@ from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
 from ..client import errors as nats_errors
 from ..streaming.client import ERR_PUB_ACK_TIMEOUT, StreamingClient
+from .connection import ConnectionLost, Losses, unique_id
 from .options import ConnectionOptions, OptionError, WriteOptions, check_channel
-from .stan import ConnectionLost, Losses, StanConnection, StanError, unique_id
+from .stan import StanConnection, StanError
 
 
 @dataclass

@@ -187,3 +187,39 @@ async def test_zero_values_of_fields_go_leaves_out_are_left_out(servers: list[Se
     ours, theirs = configs
     assert "no_ack" not in theirs and "discard_new_per_subject" not in theirs
     assert ours == theirs
+
+
+async def test_msg_get_forms_as_the_reference_answers_them(servers: list[Server]) -> None:
+    """STREAM.MSG.GET by sequence, last or next on a subject (from a sequence or a time), at
+    or after a time, without headers; and the combinations it refuses (batches too)."""
+    requests = [("STREAM.CREATE.G", json.dumps({"name": "G", "subjects": ["g.>"],
+                                                "storage": "memory"}))]
+    bodies = [{"seq": 2}, {"seq": 2, "next_by_subj": "g.a"}, {"next_by_subj": "g.b"},
+              {"last_by_subj": "g.a"}, {"start_time": "2000-01-01T00:00:00Z"},
+              {"start_time": "2000-01-01T00:00:00Z", "next_by_subj": "g.b"},
+              {"start_time": "2200-01-01T00:00:00Z"}, {"seq": 9}, {"seq": 1, "no_hdr": True},
+              {"seq": 1, "last_by_subj": "g.a"}, {}, {"seq": 1, "batch": 2},
+              {"seq": 1, "max_bytes": 10}, {"last_by_subj": "g.a", "next_by_subj": "g.a"},
+              {"seq": 1, "start_time": "2000-01-01T00:00:00Z"}]
+    got = []
+    for server in servers:
+        nc = await nats.connect(server.url)
+        try:
+            await nc.request("$JS.API.STREAM.CREATE.G", requests[0][1].encode(), timeout=5)
+            for subject, data in (("g.a", b"1"), ("g.b", b"2"), ("g.a", b"3")):
+                await nc.request(subject, data, headers={"H": "v"}, timeout=5)
+            answers = []
+            for body in bodies:
+                msg = await nc.request("$JS.API.STREAM.MSG.GET.G", json.dumps(body).encode(),
+                                       timeout=5)
+                answer = json.loads(msg.data)
+                if "message" in answer:
+                    answer["message"].pop("time")
+                answers.append(answer)
+            got.append(answers)
+        finally:
+            await nc.close()
+    ours, theirs = got
+    assert theirs[1]["message"]["seq"] == 3 and theirs[4]["message"]["seq"] == 1
+    for body, mine, reference in zip(bodies, ours, theirs, strict=True):
+        assert mine == reference, body

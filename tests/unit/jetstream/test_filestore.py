@@ -464,6 +464,13 @@ def test_same_state_as_the_memory_store(tmp_path_factory: pytest.TempPathFactory
         assert fs.bytes == sum(msg_size(m.subject, m.headers, m.data) for m in mem.msgs.values())
         for subject in SUBJECTS:
             assert fs.last_for(subject) == mem.last_for(subject)
+        for seq in (fs.first_seq - 1, fs.first_seq + 1, (fs.first_seq + fs.last_seq) // 2,
+                    fs.last_seq, fs.last_seq + 1):
+            assert fs.count_from(seq) == mem.count_from(seq)
+        stamps = [m.ts for _, m in sorted(mem.msgs.items())]
+        if stamps and stamps == sorted(stamps):  # (first_at: a binary search, times in order)
+            for ns in set(stamps) | {OLD_TS - 1, time.time_ns() + 1}:
+                assert fs.first_at(ns) == mem.first_at(ns)
     fs.close()
 
 

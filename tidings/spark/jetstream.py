@@ -1,0 +1,163 @@
+"""The connector's glue on JetStream's API (any JetStream server: tidings or nats-server, no
+tidings extension): requests with their errors, a stream's bounds, names by pattern, the
+first sequence at or after a time, and the times JetStream writes.
+
+`$JS.API.STREAM.INFO` gives a stream's first and last sequence, its messages and bytes (an
+estimate of one message's size for planning), its retention and whether it allows direct
+gets (which decides how a range is read: jsread.py). `$JS.API.STREAM.NAMES` pages through the
+names; `$JS.API.DIRECT.GET` (or `STREAM.MSG.GET` where direct gets are off) with
+`start_time` finds the first message at or after a time.
+"""
+
+from __future__ import annotations
+
+import base64
+import calendar
+import json
+import time
+from typing import Any, NamedTuple
+
+from ..client import Client
+from ..client import errors as nats_errors
+from ..protocol.subjects import subject_matches
+from .connection import ConnectorError
+
+API = "$JS.API"
+NAMES_PAGE = 256  # the reference's JSApiNamesLimit: names a STREAM.NAMES page holds at most
+
+
+class StreamBounds(NamedTuple):
+    """What planning needs of a stream."""
+
+    first: int
+    last: int
+    msg_size: int  # bytes of one message, on average
+    direct: bool  # allow_direct: ranges are read with direct gets
+    retention: str  # limits, interest or workqueue
+
+
+class JetStreamError(ConnectorError):
+    """A JetStream API request refused (its description and codes) or unanswered."""
+
+    def __init__(self, message: str, code: int = 0, err_code: int = 0) -> None:
+        super().__init__(message)
+        self.code, self.err_code = code, err_code
+
+
+STREAM_NOT_FOUND = 10059
+
+
+async def api(nc: Client, subject: str, body: dict[str, Any] | None = None,
+              timeout: float = 10.0) -> dict[str, Any]:
+    """One `$JS.API.<subject>` request's answer; JetStreamError for an error answer, for no
+    answer (no JetStream there) and for a timeout."""
+    payload = json.dumps(body).encode() if body is not None else b""
+    try:
+        reply = await nc.request(f"{API}.{subject}", payload, timeout=timeout)
+    except nats_errors.NoRespondersError:
+        raise JetStreamError(f"no JetStream answers {API}.{subject} (is JetStream enabled "
+                             "on the server and in the account?)") from None
+    except nats_errors.TimeoutError:
+        raise JetStreamError(f"JetStream did not answer {API}.{subject} within "
+                             f"{timeout:g} s (requestTimeout)") from None
+    try:
+        answer = json.loads(reply.data)
+    except ValueError:
+        raise JetStreamError(f"{API}.{subject}: not a JetStream answer") from None
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if error:
+        raise JetStreamError(f"{API}.{subject}: {error.get('description')} "
+                             f"(code {error.get('code')}, err_code {error.get('err_code')})",
+                             int(error.get("code") or 0), int(error.get("err_code") or 0))
+    return answer
+
+
+async def bounds(nc: Client, stream: str, timeout: float) -> StreamBounds | None:
+    """A stream's bounds, None when it holds no message; JetStreamError when there is no
+    such stream."""
+    try:
+        info = await api(nc, f"STREAM.INFO.{stream}", None, timeout)
+    except JetStreamError as exc:
+        if exc.err_code == STREAM_NOT_FOUND:
+            raise JetStreamError(f"stream {stream!r} not found", exc.code,
+                                 exc.err_code) from None
+        raise
+    state, config = info.get("state") or {}, info.get("config") or {}
+    msgs = int(state.get("messages") or 0)
+    if not msgs:
+        return None
+    size = int(state.get("bytes") or 0) // msgs
+    return StreamBounds(int(state["first_seq"]), int(state["last_seq"]), size,
+                        bool(config.get("allow_direct")), str(config.get("retention")))
+
+
+async def names(nc: Client, pattern: str, timeout: float) -> list[str]:
+    """The names of the streams a NATS-style `pattern` matches (`*` a token, `>` the rest:
+    stream names have no dots, so `ORDERS_*` is no pattern; `*` and `>` alone match all)."""
+    out: list[str] = []
+    offset = 0
+    while True:
+        page = await api(nc, "STREAM.NAMES", {"offset": offset}, timeout)
+        batch = page.get("streams") or []
+        out.extend(batch)
+        offset += len(batch)
+        if not batch or offset >= int(page.get("total") or 0):
+            break
+    return sorted(name for name in set(out) if subject_matches(pattern, name))
+
+
+async def first_at_or_after(nc: Client, stream: str, time_ns: int, direct: bool,
+                            timeout: float) -> int | None:
+    """The sequence of the first message stored at or after `time_ns`, None if none."""
+    body = {"start_time": go_time(time_ns)}
+    try:
+        if direct:
+            reply = await nc.request(f"{API}.DIRECT.GET.{stream}", json.dumps(body).encode(),
+                                     timeout=timeout)
+            headers = reply.headers or {}
+            if headers.get("Status"):
+                return None  # (404: no message at or after it)
+            return int(headers["Nats-Sequence"])
+        answer = await api(nc, f"STREAM.MSG.GET.{stream}", body, timeout)
+    except JetStreamError as exc:
+        if exc.code == 404:
+            return None
+        raise
+    except nats_errors.TimeoutError:
+        raise JetStreamError(f"no answer from stream {stream!r} within {timeout:g} s") from None
+    return int(answer["message"]["seq"])
+
+
+def go_time(ns: int) -> str:
+    """Unix nanoseconds as RFC 3339 with nanoseconds, UTC (what JetStream reads)."""
+    secs, frac = divmod(ns, 10**9)
+    y, mo, d, h, mi, s = time.gmtime(secs)[:6]
+    return f"{y:04d}-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}:{s:02d}.{frac:09d}Z"
+
+
+_SECONDS: dict[bytes, int] = {}  # "2026-11-26T17:27:25" -> Unix seconds (times share them)
+
+
+def parse_time(text: bytes) -> int:
+    """An RFC 3339 time as JetStream writes it (`...T17:27:25.793125753Z`, UTC, the fraction
+    without trailing zeros) in Unix nanoseconds."""
+    head = text[:19]
+    secs = _SECONDS.get(head)
+    if secs is None:
+        secs = calendar.timegm((int(head[:4]), int(head[5:7]), int(head[8:10]),
+                                int(head[11:13]), int(head[14:16]), int(head[17:19])))
+        if len(_SECONDS) > 100_000:
+            _SECONDS.clear()
+        _SECONDS[head] = secs
+    if text[-1:] != b"Z" or len(text) < 20:
+        raise JetStreamError(f"not a time as JetStream writes it: {text!r}")
+    frac = text[20:-1] if text[19:20] == b"." else b""
+    return secs * 10**9 + int((frac + b"000000000")[:9])
+
+
+def message_of_get(answer: dict[str, Any]) -> tuple[str, int, bytes | None, bytes, int]:
+    """(subject, sequence, headers block, data, time ns) of a STREAM.MSG.GET answer."""
+    msg = answer["message"]
+    hdrs = msg.get("hdrs")
+    return (msg["subject"], int(msg["seq"]), base64.b64decode(hdrs) if hdrs else None,
+            base64.b64decode(msg.get("data") or ""), parse_time(msg["time"].encode()))

@@ -1,0 +1,290 @@
+"""Reading one partition of a JetStream stream (its sequences `start`..`end`) on an executor,
+without leaving anything behind on the server and without taking messages from anyone:
+
+- `direct`: the stream allows direct gets (`allow_direct`): batches of
+  `$JS.API.DIRECT.GET.<stream>` `{"seq", "batch", "max_bytes"[, "next_by_subj"]}`, each
+  answered by the messages and an end-of-batch status. Nothing is created on the server.
+- `consumer`: a limits stream without direct gets: an ordered ephemeral push consumer
+  (no acks, flow control answered, in memory, gone once read or idle), from `start`,
+  deleted at the end. A work-queue or interest stream never gets one (a consumer there
+  would take messages away or hold them back).
+- `get`: a work-queue or interest stream without direct gets: `STREAM.MSG.GET` a message
+  at a time (a window of requests in flight): slow, but it changes nothing.
+
+Each yields column chunks (`Columns`) that reader code turns into Arrow batches; rows are
+in sequence order, each sequence once; messages stored before `min_time` are left out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ..client import Client
+from ..client import errors as nats_errors
+from ..protocol.subjects import subject_matches
+from .jetstream import API, JetStreamError, api, message_of_get, parse_time
+
+DIRECT_BATCH = 10_000  # messages a direct get asks for at most
+DIRECT_BYTES = 8 * 1024 * 1024  # and bytes (the server ends the batch at whichever first)
+GET_WINDOW = 64  # STREAM.MSG.GET requests in flight
+_ADDED = frozenset((b"nats-stream", b"nats-subject", b"nats-sequence", b"nats-time-stamp",
+                    b"nats-num-pending", b"nats-last-sequence"))  # a direct get's own
+
+
+class Columns:
+    """Rows of one stream gathered column by column."""
+
+    __slots__ = ("seqs", "subjects", "data", "stamps", "headers")
+
+    def __init__(self) -> None:
+        self.seqs: list[int] = []
+        self.subjects: list[str] = []
+        self.data: list[bytes] = []
+        self.stamps: list[int] = []  # Unix ns
+        self.headers: list[list[tuple[str, str]] | None] = []
+
+    def add(self, seq: int, subject: str, data: bytes, stamp: int,
+            headers: list[tuple[str, str]] | None) -> None:
+        self.seqs.append(seq)
+        self.subjects.append(subject)
+        self.data.append(data)
+        self.stamps.append(stamp)
+        self.headers.append(headers)
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+
+def header_pairs(block: bytes, skip: frozenset[bytes] = frozenset()) -> list[tuple[str, str]]:
+    """The (name, value) pairs of a headers block, in order, repeated names kept."""
+    out = []
+    for line in block.split(b"\r\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if sep and name.lower() not in skip:
+            out.append((name.decode(errors="replace"), value.strip().decode(errors="replace")))
+    return out
+
+
+def _wanted(filters: tuple[str, ...], subject: str) -> bool:
+    return not filters or any(subject_matches(f, subject) for f in filters)
+
+
+class _Batch:
+    """The answers to one direct get batch, parsed as they arrive (on the read path)."""
+
+    def __init__(self, cols: Columns, end: int, filters: tuple[str, ...], min_time: int
+                 ) -> None:
+        self.cols, self.end, self.filters, self.min_time = cols, end, filters, min_time
+        self.last = 0  # the last sequence answered
+        self.status = b""  # the status that ended the batch (204 EOB, 404, ...)
+        self.done = asyncio.Event()
+
+    def on_msg(self, subject: bytes, reply: bytes | None, hdr: bytes | None,
+               payload: bytes) -> None:
+        if self.done.is_set() or not hdr:
+            return
+        head = hdr[:hdr.find(b"\r\n")]
+        if len(head) > 8:  # "NATS/1.0 204 EOB", "NATS/1.0 404 Message Not Found", ...
+            self.status = head[9:]
+            self.done.set()
+            return
+        seq = stamp = 0
+        subj = b""
+        extra: list[tuple[str, str]] | None = None
+        for line in hdr.split(b"\r\n")[1:]:
+            name, sep, value = line.partition(b": ")
+            if not sep:
+                continue
+            if name == b"Nats-Sequence":
+                seq = int(value)
+            elif name == b"Nats-Subject":
+                subj = value
+            elif name == b"Nats-Time-Stamp":
+                stamp = parse_time(value)
+            elif name.lower() not in _ADDED:
+                if extra is None:
+                    extra = []
+                extra.append((name.decode(errors="replace"), value.decode(errors="replace")))
+        self.last = seq
+        if seq > self.end or stamp < self.min_time:
+            return
+        subject_text = subj.decode(errors="replace")
+        if len(self.filters) > 1 and not _wanted(self.filters, subject_text):
+            return
+        self.cols.add(seq, subject_text, payload, stamp, extra)
+
+
+async def read_direct(nc: Client, stream: str, start: int, end: int, filters: tuple[str, ...],
+                      min_time: int, timeout: float) -> AsyncIterator[Columns]:
+    """`start`..`end` through direct get batches (one filter asked of the server; more are
+    applied here)."""
+    seq = start
+    while seq <= end:
+        cols = Columns()
+        batch = _Batch(cols, end, filters, min_time)
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox, raw_cb=batch.on_msg)
+        body: dict[str, Any] = {"seq": seq, "batch": min(DIRECT_BATCH, end - seq + 1),
+                                "max_bytes": DIRECT_BYTES}
+        if len(filters) == 1:
+            body["next_by_subj"] = filters[0]
+        try:
+            await nc.publish(f"{API}.DIRECT.GET.{stream}", json.dumps(body).encode(),
+                             reply=inbox)
+            try:
+                await asyncio.wait_for(batch.done.wait(), timeout)
+            except asyncio.TimeoutError:
+                raise JetStreamError(f"stream {stream!r}: no answer to a direct get of "
+                                     f"{seq}..{end} within {timeout:g} s") from None
+        finally:
+            await sub.unsubscribe()
+        if batch.status.startswith(b"404") or not batch.last:
+            if cols:
+                yield cols
+            return  # (nothing more at or after seq)
+        if not batch.status.startswith(b"204"):
+            raise JetStreamError(f"stream {stream!r}: direct get of {seq}..{end} refused: "
+                                 f"{batch.status.decode(errors='replace')}")
+        if cols:
+            yield cols
+        seq = batch.last + 1
+
+
+def _ack_fields(reply: bytes) -> tuple[int, int, int] | None:
+    """(stream sequence, time ns, pending) of a delivery's `$JS.ACK...` reply."""
+    tokens = reply.split(b".")
+    if len(tokens) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
+        return int(tokens[5]), int(tokens[7]), int(tokens[8])
+    if len(tokens) >= 11:  # with a domain and an account hash first (and a token after)
+        return int(tokens[7]), int(tokens[9]), int(tokens[10])
+    return None
+
+
+class _Ordered:
+    """An ordered push consumer's deliveries, parsed as they arrive."""
+
+    def __init__(self, nc: Client, end: int, min_time: int) -> None:
+        self.nc, self.end, self.min_time = nc, end, min_time
+        self.cols = Columns()
+        self.next = 0  # the next stream sequence expected at least
+        self.finished = False
+        self.wake = asyncio.Event()
+        self.error: str | None = None
+
+    def on_msg(self, subject: bytes, reply: bytes | None, hdr: bytes | None,
+               payload: bytes) -> None:
+        if self.finished:
+            return
+        if reply is None or not reply.startswith(b"$JS.ACK."):
+            if hdr and hdr.startswith(b"NATS/1.0 100"):
+                if reply:  # flow control: answered at once
+                    self.nc.publish_nowait(reply.decode(), b"")
+                elif b"Nats-Consumer-Stalled" in hdr:
+                    for name, value in header_pairs(hdr):
+                        if name == "Nats-Consumer-Stalled":
+                            self.nc.publish_nowait(value, b"")
+            return
+        fields = _ack_fields(reply)
+        if fields is None:
+            return
+        seq, stamp, pending = fields
+        if seq <= self.end and stamp >= self.min_time:
+            extra = header_pairs(hdr) if hdr else None
+            self.cols.add(seq, subject.decode(errors="replace"), payload, stamp, extra)
+        self.next = seq + 1
+        if seq >= self.end or pending == 0:
+            self.finished = True
+        if self.finished or len(self.cols) >= DIRECT_BATCH:
+            self.wake.set()
+
+
+async def read_consumer(nc: Client, stream: str, start: int, end: int,
+                        filters: tuple[str, ...], min_time: int, timeout: float
+                        ) -> AsyncIterator[Columns]:
+    """`start`..`end` through an ordered ephemeral push consumer, deleted at the end."""
+    inbox = nc.new_inbox()
+    state = _Ordered(nc, end, min_time)
+    sub = await nc.subscribe(inbox, raw_cb=state.on_msg)
+    config: dict[str, Any] = {
+        "deliver_subject": inbox, "deliver_policy": "by_start_sequence", "opt_start_seq": start,
+        "ack_policy": "none", "max_deliver": 1, "flow_control": True,
+        "idle_heartbeat": 5 * 10**9, "mem_storage": True, "num_replicas": 1,
+        "inactive_threshold": int(max(timeout, 5) * 2 * 10**9)}
+    if len(filters) == 1:
+        config["filter_subject"] = filters[0]
+    elif filters:
+        config["filter_subjects"] = list(filters)
+    name = ""
+    try:
+        created = await api(nc, f"CONSUMER.CREATE.{stream}",
+                            {"stream_name": stream, "config": config}, timeout)
+        name = created["name"]
+        if int(created.get("num_pending") or 0) == 0:
+            return
+        while True:
+            try:
+                await asyncio.wait_for(state.wake.wait(), timeout)
+            except asyncio.TimeoutError:
+                raise JetStreamError(f"stream {stream!r}: nothing delivered from sequence "
+                                     f"{state.next or start} within {timeout:g} s "
+                                     "(readTimeout)") from None
+            state.wake.clear()
+            cols, state.cols = state.cols, Columns()
+            if cols:
+                yield cols
+            if state.finished:
+                return
+    finally:
+        await sub.unsubscribe()
+        if name:
+            try:
+                await api(nc, f"CONSUMER.DELETE.{stream}.{name}", None, timeout)
+            except (JetStreamError, nats_errors.Error):
+                pass  # (its inactive threshold removes it)
+
+
+async def read_gets(nc: Client, stream: str, start: int, end: int, filters: tuple[str, ...],
+                    min_time: int, timeout: float) -> AsyncIterator[Columns]:
+    """`start`..`end` with STREAM.MSG.GET, GET_WINDOW requests in flight (a removed message
+    is a 404, passed over)."""
+    seq = start
+    while seq <= end:
+        upto = min(end, seq + DIRECT_BATCH - 1)
+        cols = Columns()
+        for lo in range(seq, upto + 1, GET_WINDOW):
+            asked = range(lo, min(upto, lo + GET_WINDOW - 1) + 1)
+            answers = await asyncio.gather(*(
+                _get(nc, stream, n, timeout) for n in asked))
+            for got in answers:
+                if got is None:
+                    continue
+                subject, n, hdrs, data, stamp = got
+                if stamp >= min_time and _wanted(filters, subject):
+                    cols.add(n, subject, data, stamp, header_pairs(hdrs) if hdrs else None)
+        if cols:
+            yield cols
+        seq = upto + 1
+
+
+async def _get(nc: Client, stream: str, seq: int, timeout: float
+               ) -> tuple[str, int, bytes | None, bytes, int] | None:
+    try:
+        return message_of_get(await api(nc, f"STREAM.MSG.GET.{stream}", {"seq": seq},
+                                        timeout))
+    except JetStreamError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
+def method_for(direct: bool, retention: str) -> str:
+    """How a stream's ranges are read (see the module's docstring)."""
+    if direct:
+        return "direct"
+    return "consumer" if retention == "limits" else "get"
+
+
+READERS = {"direct": read_direct, "consumer": read_consumer, "get": read_gets}
