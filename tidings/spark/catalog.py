@@ -19,6 +19,7 @@ registered on the server.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -29,8 +30,8 @@ from typing import Any, TypeVar
 
 from ..client import errors as nats_errors
 from .connection import ConnectionLost
-from .options import ConnectionOptions, OptionError
-from .planning import channel_pattern_matches
+from .options import ConnectionOptions, OptionError, ReadOptions
+from .planning import name_matches
 from .stan import ChannelInfo, Probe, StanConnection, StanError
 
 T = TypeVar("T")
@@ -57,25 +58,30 @@ class LoopThread:
             self.loop.close()
 
 
-class ChannelCatalog:
-    def __init__(self, copts: ConnectionOptions, role: str = "d") -> None:
+class DriverLink:
+    """The driver's connection of a catalog, on a LoopThread: made when first needed, a call
+    that finds it lost run again once on a new one, closed by `close`."""
+
+    def __init__(self, copts: ConnectionOptions, role: str) -> None:
         self.copts = copts
         self.role = role
         self._lt: LoopThread | None = None
-        self._conn: StanConnection | None = None
-        self.sizes: dict[str, int] = {}  # channel -> estimated bytes of one message's data
-        self._fetch: bool | None = None
+        self._conn: Any = None
+        self.sizes: dict[str, int] = {}  # name -> estimated bytes of one message's data
 
-    # -- protocol connection ------------------------------------------------
+    def _new_connection(self, lost: Any) -> Any:
+        """A connection (not yet connected) taking over from `lost` (None at first)."""
+        raise NotImplementedError
+
     def _run(self, make: Any) -> Any:
         """Run `make(conn)` on the driver connection, reconnecting once if it was lost."""
         if self._lt is None:
             self._lt = LoopThread()
-        lost: StanConnection | None = None
+        lost: Any = None
         for attempt in (1, 2):
             if self._conn is None:
-                conn = StanConnection(self.copts, self.role, replaces=lost)
-                self._lt.run(conn.connect_nats())  # streaming registers when it is needed
+                conn = self._new_connection(lost)
+                self._lt.run(conn.connect_nats())  # (a protocol registers when it is needed)
                 self._conn = conn
             try:
                 return self._lt.run(make(self._conn))
@@ -93,6 +99,23 @@ class ChannelCatalog:
                 self._lt.run(conn.close(), timeout=self.copts.request_timeout + 5)
             except Exception:  # noqa: BLE001 - closing a broken connection is best effort
                 pass
+
+    def close(self) -> None:
+        self._close_conn()
+        if self._lt is not None:
+            self._lt.stop()
+            self._lt = None
+
+
+class ChannelCatalog(DriverLink):
+    """NATS Streaming channels: the catalog of the `nats` source's channel backend."""
+
+    def __init__(self, copts: ConnectionOptions, role: str = "d") -> None:
+        super().__init__(copts, role)
+        self._fetch: bool | None = None
+
+    def _new_connection(self, lost: Any) -> StanConnection:
+        return StanConnection(self.copts, self.role, replaces=lost)
 
     def fetch_supported(self) -> bool:
         """Whether the server answers tidings bulk fetches (asked once per catalog)."""
@@ -112,11 +135,14 @@ class ChannelCatalog:
             self._fetch = bool(self._run(ask))
         return self._fetch
 
-    def close(self) -> None:
-        self._close_conn()
-        if self._lt is not None:
-            self._lt.stop()
-            self._lt = None
+    def partitioning(self, ropts: ReadOptions, params: Any) -> tuple[int, Any]:
+        """Messages a partition holds at most, and the read parameters (bulk fetches where
+        the server answers them)."""
+        fetching = ropts.fetch and self.fetch_supported()
+        return ropts.partition_size(fetching), dataclasses.replace(params, fetch=fetching)
+
+    def hint(self, name: str) -> str:
+        return ""  # (a channel is read one way: the read parameters say which)
 
     # -- monitoring endpoint ------------------------------------------------
     def _http(self, path: str, **params: Any) -> dict[str, Any]:
@@ -211,4 +237,4 @@ class ChannelCatalog:
             offset += len(batch)
             if not batch or offset >= int(page.get("total", offset)):
                 break
-        return sorted(n for n in set(names) if channel_pattern_matches(pattern, n))
+        return sorted(n for n in set(names) if name_matches(pattern, n))

@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 
 from ..client import Client
 from ..client import errors as nats_errors
-from ..protocol.subjects import subject_matches
 from .connection import ConnectorError
+from .planning import name_matches
 
 API = "$JS.API"
 NAMES_PAGE = 256  # the reference's JSApiNamesLimit: names a STREAM.NAMES page holds at most
@@ -34,6 +34,7 @@ class StreamBounds(NamedTuple):
     msg_size: int  # bytes of one message, on average
     direct: bool  # allow_direct: ranges are read with direct gets
     retention: str  # limits, interest or workqueue
+    messages: int
 
 
 class JetStreamError(ConnectorError):
@@ -72,9 +73,9 @@ async def api(nc: Client, subject: str, body: dict[str, Any] | None = None,
     return answer
 
 
-async def bounds(nc: Client, stream: str, timeout: float) -> StreamBounds | None:
-    """A stream's bounds, None when it holds no message; JetStreamError when there is no
-    such stream."""
+async def bounds(nc: Client, stream: str, timeout: float) -> StreamBounds:
+    """A stream's bounds (`first` past `last` when it holds no message); JetStreamError
+    when there is no such stream."""
     try:
         info = await api(nc, f"STREAM.INFO.{stream}", None, timeout)
     except JetStreamError as exc:
@@ -84,16 +85,16 @@ async def bounds(nc: Client, stream: str, timeout: float) -> StreamBounds | None
         raise
     state, config = info.get("state") or {}, info.get("config") or {}
     msgs = int(state.get("messages") or 0)
-    if not msgs:
-        return None
-    size = int(state.get("bytes") or 0) // msgs
-    return StreamBounds(int(state["first_seq"]), int(state["last_seq"]), size,
-                        bool(config.get("allow_direct")), str(config.get("retention")))
+    size = int(state.get("bytes") or 0) // msgs if msgs else 0
+    last = int(state.get("last_seq") or 0)
+    first = int(state.get("first_seq") or 0) if msgs else last + 1
+    return StreamBounds(first, last, size, bool(config.get("allow_direct")),
+                        str(config.get("retention")), msgs)
 
 
 async def names(nc: Client, pattern: str, timeout: float) -> list[str]:
-    """The names of the streams a NATS-style `pattern` matches (`*` a token, `>` the rest:
-    stream names have no dots, so `ORDERS_*` is no pattern; `*` and `>` alone match all)."""
+    """The names of the streams `pattern` matches (planning.name_matches: `*` or `>` every
+    one, `ORDERS_*` as a glob)."""
     out: list[str] = []
     offset = 0
     while True:
@@ -103,7 +104,7 @@ async def names(nc: Client, pattern: str, timeout: float) -> list[str]:
         offset += len(batch)
         if not batch or offset >= int(page.get("total") or 0):
             break
-    return sorted(name for name in set(out) if subject_matches(pattern, name))
+    return sorted(name for name in set(out) if name_matches(pattern, name))
 
 
 async def first_at_or_after(nc: Client, stream: str, time_ns: int, direct: bool,

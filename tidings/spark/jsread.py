@@ -19,12 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
+
+import pyarrow as pa
 
 from ..client import Client
 from ..client import errors as nats_errors
 from ..protocol.subjects import subject_matches
+from ..streaming.client import StanError
+from .arrow import stream_batch
+from .connection import ConnectionLost, Losses, NatsConnection
 from .jetstream import API, JetStreamError, api, message_of_get, parse_time
 
 DIRECT_BATCH = 10_000  # messages a direct get asks for at most
@@ -288,3 +293,49 @@ def method_for(direct: bool, retention: str) -> str:
 
 
 READERS = {"direct": read_direct, "consumer": read_consumer, "get": read_gets}
+
+
+def read_stream_partition(part: Any) -> Iterator[pa.RecordBatch]:
+    """A partition of a stream (`part`: reader.NatsPartition) as record batches of at most
+    `batchSize` rows, each sequence once. A lost connection is resumed after the last
+    sequence handed to Spark; one that cannot be made again fails naming the servers."""
+    rng, params = part.range, part.params
+    if rng.end < rng.start:
+        return
+    loop = asyncio.new_event_loop()
+    conn = NatsConnection(part.copts, "r")
+    losses = Losses()
+    expected = rng.start
+    try:
+        while True:
+            try:
+                loop.run_until_complete(conn.connect_nats())
+                read = READERS[part.hint or "get"](
+                    conn.nc, rng.channel, expected, rng.end, part.subjects, part.min_time,
+                    params.read_timeout)
+                try:
+                    while True:
+                        try:
+                            cols = loop.run_until_complete(anext(read))
+                        except StopAsyncIteration:
+                            return
+                        for at in range(0, len(cols), params.batch_size):
+                            end = at + params.batch_size
+                            yield stream_batch(rng.channel, cols.seqs[at:end],
+                                               cols.subjects[at:end], cols.data[at:end],
+                                               cols.stamps[at:end], cols.headers[at:end])
+                            expected = cols.seqs[min(end, len(cols)) - 1] + 1
+                finally:
+                    loop.run_until_complete(read.aclose())
+            except (StanError, nats_errors.Error, OSError) as exc:
+                lost = conn.check(exc)
+                if not isinstance(lost, ConnectionLost):
+                    raise
+                losses.lost(expected, lost)
+                loop.run_until_complete(conn.close())
+                conn = NatsConnection(part.copts, "r")
+    finally:
+        try:
+            loop.run_until_complete(conn.close())
+        finally:
+            loop.close()

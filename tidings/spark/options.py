@@ -21,7 +21,8 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from .planning import channel_pattern_matches
+from ..protocol.subjects import is_valid_subject
+from .planning import name_matches
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 DEFAULT_CLUSTER_ID = "test-cluster"
@@ -53,6 +54,10 @@ OPTIONS: dict[str, frozenset[Use]] = {
     "channels": READS,
     "channel": READS,
     "channelPattern": READS,
+    "streams": READS,
+    "stream": READS,
+    "streamPattern": READS,
+    "subjects": READS,
     "startSequence": READS,
     "endSequence": frozenset({Use.BATCH_READ}),
     "startTime": READS,
@@ -244,6 +249,13 @@ def check_channel(name: str) -> str:
     return name
 
 
+def check_stream(name: str) -> str:
+    """A JetStream stream's name (no blank, `.`, `*`, `>` or path separator)."""
+    if not name or any(c in name for c in " \t\r\n\f.*>/\\"):
+        raise OptionError(f"invalid stream name {name!r}")
+    return name
+
+
 def split_names(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
@@ -342,6 +354,9 @@ class ReadOptions:
 
     channels: tuple[str, ...] = ()
     channel_pattern: str | None = None
+    streams: tuple[str, ...] = ()  # JetStream streams instead of channels
+    stream_pattern: str | None = None
+    subjects: tuple[str, ...] = ()  # a stream's messages on these subjects only
     start_sequence: int | None = None
     end_sequence: int | None = None
     start_time_ns: int | None = None
@@ -357,6 +372,19 @@ class ReadOptions:
     fetch: bool = True  # try the tidings bulk fetch before the subscription read
     # streams: while this file exists (where the driver runs), no new data is planned
     pause_file: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """What is read: "channel" (NATS Streaming) or "stream" (JetStream)."""
+        return "stream" if self.streams or self.stream_pattern else "channel"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.streams if self.kind == "stream" else self.channels
+
+    @property
+    def pattern(self) -> str | None:
+        return self.stream_pattern if self.kind == "stream" else self.channel_pattern
 
     def partition_size(self, fetching: bool) -> int:
         """`messagesPerPartition`, or its default: larger when the server answers bulk fetches
@@ -375,8 +403,23 @@ class ReadOptions:
         if single:
             channels = (*channels, check_channel(single))
         pattern = _get(opts, "channelPattern") or None
-        if not channels and not pattern:
-            raise OptionError("option channels (comma-separated) or channelPattern is required")
+        streams = tuple(check_stream(s) for s in split_names(_get(opts, "streams")))
+        if _get(opts, "stream"):
+            streams = (*streams, check_stream(_get(opts, "stream")))
+        stream_pattern = _get(opts, "streamPattern") or None
+        if (channels or pattern) and (streams or stream_pattern):
+            raise OptionError("options channels/channelPattern (NATS Streaming) and "
+                              "streams/streamPattern (JetStream) exclude each other")
+        if not (channels or pattern or streams or stream_pattern):
+            raise OptionError("option channels or channelPattern (NATS Streaming), or streams "
+                              "or streamPattern (JetStream), is required")
+        subjects = tuple(split_names(_get(opts, "subjects")))
+        if subjects and not (streams or stream_pattern):
+            raise OptionError("option subjects filters a JetStream stream's messages: it "
+                              "needs streams or streamPattern")
+        for subject in subjects:
+            if not is_valid_subject(subject):
+                raise OptionError(f"option subjects: invalid subject {subject!r}")
         start_time = _get(opts, "startTime")
         start_seq = _int(opts, "startSequence", None, 1)
         end_seq = _int(opts, "endSequence", None, 1)
@@ -391,12 +434,16 @@ class ReadOptions:
         if starting.lower() in ("earliest", "latest"):
             starting = starting.lower()
         else:
-            _check_offset_channels(parse_offsets_json(starting, "startingOffsets"),
-                                   channels, pattern)
+            kind = "stream" if streams or stream_pattern else "channel"
+            _check_offset_names(parse_offsets_json(starting, "startingOffsets"),
+                                streams or channels, stream_pattern or pattern, kind)
         max_trigger = _int(opts, "maxMessagesPerTrigger", None, 1)
         return cls(
             channels=tuple(dict.fromkeys(channels)),
             channel_pattern=pattern,
+            streams=tuple(dict.fromkeys(streams)),
+            stream_pattern=stream_pattern,
+            subjects=subjects,
             start_sequence=start_seq,
             end_sequence=end_seq,
             start_time_ns=parse_time(start_time) if start_time else None,
@@ -415,15 +462,15 @@ class ReadOptions:
         )
 
 
-def _check_offset_channels(offsets: dict[str, int], channels: tuple[str, ...],
-                           pattern: str | None) -> None:
-    """A channel in startingOffsets that the stream does not read is a mistake."""
-    stray = [ch for ch in offsets if ch not in channels
-             and not (pattern and channel_pattern_matches(pattern, ch))]
+def _check_offset_names(offsets: dict[str, int], names: tuple[str, ...],
+                        pattern: str | None, kind: str) -> None:
+    """A channel (or stream) in startingOffsets that the query does not read is a mistake."""
+    stray = [name for name in offsets if name not in names
+             and not (pattern and name_matches(pattern, name))]
     if stray:
-        among = f"channels ({', '.join(channels) or 'none'})"
+        among = f"{kind}s ({', '.join(names) or 'none'})"
         if pattern:
-            among += f" nor matching channelPattern {pattern}"
+            among += f" nor matching {kind}Pattern {pattern}"
         raise OptionError(f"option startingOffsets: {', '.join(map(repr, stray))} "
                           f"not among {among}")
 
@@ -433,11 +480,13 @@ def parse_offsets_json(text: str, name: str) -> dict[str, int]:
         value = json.loads(text)
     except ValueError:
         raise OptionError(
-            f"option {name}: 'earliest', 'latest' or JSON {{channel: sequence}}") from None
+            f"option {name}: 'earliest', 'latest' or JSON {{channel or stream: sequence}}"
+        ) from None
     if not isinstance(value, dict) or not all(
             isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
             for k, v in value.items()):
-        raise OptionError(f"option {name}: JSON must map channel names to sequences >= 0")
+        raise OptionError(f"option {name}: JSON must map channel or stream names to "
+                          "sequences >= 0")
     return value
 
 

@@ -106,11 +106,12 @@ def merge_offsets(start: dict[str, int], latest: dict[str, int]) -> dict[str, in
     return out
 
 
-def channel_pattern_matches(pattern: str, channel: str) -> bool:
-    """Whether `channel` matches a channelPattern: a NATS-style pattern (a `*` token or a last
-    `>` token: `orders.*`, `orders.>`), matched as the server matches subjects, or failing
-    that a shell glob (`orders-*`)."""
+def name_matches(pattern: str, name: str) -> bool:
+    """Whether a channel's or stream's `name` matches a channelPattern or streamPattern: a
+    NATS-style pattern (a `*` token or a last `>` token: `orders.*`, `orders.>`; `*` or `>`
+    alone match every name), matched as the server matches subjects, or failing that a shell
+    glob (`orders-*`, `ORDERS_*`)."""
     tokens = pattern.split(".")
     if "*" in tokens or tokens[-1] == ">":
-        return subject_matches(pattern, channel)
-    return fnmatchcase(channel, pattern)
+        return subject_matches(pattern, name)
+    return fnmatchcase(name, pattern)

@@ -59,16 +59,29 @@ class ReadParams:
 
 
 class NatsPartition(InputPartition):
-    """One Spark task's share: messages `start`..`end` (inclusive) of `channel`."""
+    """One Spark task's share: messages `start`..`end` (inclusive) of a channel, or of a
+    JetStream stream (`kind` "stream": `hint` says how its ranges are read, `subjects`
+    which of its messages)."""
 
     def __init__(self, rng: SeqRange, copts: ConnectionOptions, params: ReadParams,
-                 msg_size: int = 0, min_time: int = 0) -> None:
+                 msg_size: int = 0, min_time: int = 0, kind: str = "channel", hint: str = "",
+                 subjects: tuple[str, ...] = ()) -> None:
         super().__init__((rng.channel, rng.start, rng.end))
         self.range = rng
         self.min_time = min_time  # Unix ns; earlier messages are skipped (option startTime)
         self.copts = copts
         self.params = params
         self.in_flight = params.in_flight(rng.count, msg_size)
+        self.kind, self.hint, self.subjects = kind, hint, subjects
+
+
+def read_any(part: NatsPartition) -> Iterator[pa.RecordBatch]:
+    """A partition's rows, read by its backend."""
+    if part.kind == "stream":
+        from .jsread import read_stream_partition
+
+        return read_stream_partition(part)
+    return read_partition(part)
 
 
 def read_partition(part: NatsPartition) -> Iterator[pa.RecordBatch]:

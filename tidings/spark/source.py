@@ -11,7 +11,6 @@ redelivered boolean)`. See docs/spark.md for every option.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -32,11 +31,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .arrow import spark_schema
+from .arrow import spark_schema, stream_spark_schema
 from .catalog import ChannelCatalog
 from .options import ConnectionOptions, OptionError, ReadOptions, parse_offsets_json
 from .planning import SeqRange, limit_offsets, merge_offsets, ranges_between, split_range
-from .reader import NatsPartition, ReadParams, read_partition
+from .reader import NatsPartition, ReadParams, read_any
 
 
 class NatsDataSource(DataSource):
@@ -47,6 +46,8 @@ class NatsDataSource(DataSource):
         return "nats"
 
     def schema(self) -> StructType:
+        if {"streams", "stream", "streampattern"} & {k.lower() for k in self.options}:
+            return stream_spark_schema()
         return spark_schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -71,11 +72,28 @@ class NatsDataSource(DataSource):
         return NatsStreamWriter(self.options, schema)
 
 
-def _channels(catalog: ChannelCatalog, ropts: ReadOptions) -> list[str]:
-    names = list(ropts.channels)
-    if ropts.channel_pattern:
-        names.extend(catalog.discover(ropts.channel_pattern))
+def catalog_for(copts: ConnectionOptions, ropts: ReadOptions) -> Any:
+    """The driver's catalog of what `ropts` reads: channels (NATS Streaming) or streams
+    (JetStream); both answer the same questions (catalog.py, jscatalog.py)."""
+    if ropts.kind == "stream":
+        from .jscatalog import StreamCatalog
+
+        return StreamCatalog(copts)
+    return ChannelCatalog(copts)
+
+
+def _names(catalog: Any, ropts: ReadOptions) -> list[str]:
+    names = list(ropts.names)
+    if ropts.pattern:
+        names.extend(catalog.discover(ropts.pattern))
     return list(dict.fromkeys(names))
+
+
+def _partition(rng: SeqRange, copts: ConnectionOptions, params: ReadParams, catalog: Any,
+               ropts: ReadOptions) -> NatsPartition:
+    return NatsPartition(rng, copts, params, catalog.sizes.get(rng.channel, 0),
+                         ropts.start_time_ns or 0, ropts.kind, catalog.hint(rng.channel),
+                         ropts.subjects)
 
 
 class NatsBatchReader(DataSourceReader):
@@ -85,24 +103,21 @@ class NatsBatchReader(DataSourceReader):
         self.copts = ConnectionOptions.parse(options)
         self.ropts = ReadOptions.parse(options)
         self.params = ReadParams.of(self.ropts)
-        self.sizes: dict[str, int] = {}
+        self.catalog: Any = None
 
     def plan(self) -> list[SeqRange]:
         ropts = self.ropts
-        catalog = ChannelCatalog(self.copts)
+        catalog = self.catalog = catalog_for(self.copts, ropts)
         try:
-            channels = _channels(catalog, ropts)
+            channels = _names(catalog, ropts)
             bounds = catalog.info(channels)
             starts: dict[str, int | None] = {}
             if ropts.start_time_ns is not None:
                 live = [ch for ch in channels if bounds[ch] is not None]
                 starts.update(catalog.first_at_or_after(live, ropts.start_time_ns))
-            fetching = ropts.fetch and catalog.fetch_supported()
+            size, self.params = catalog.partitioning(ropts, self.params)
         finally:
             catalog.close()
-        size = ropts.partition_size(fetching)
-        self.params = dataclasses.replace(self.params, fetch=fetching)
-        self.sizes = dict(catalog.sizes)
         ranges: list[SeqRange] = []
         for ch in channels:
             b = bounds[ch]
@@ -124,13 +139,13 @@ class NatsBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         ranges = self.plan()
-        return [NatsPartition(r, self.copts, self.params, self.sizes.get(r.channel, 0),
-                              self.ropts.start_time_ns or 0) for r in ranges]
+        return [_partition(r, self.copts, self.params, self.catalog, self.ropts)
+                for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, NatsPartition):
             return iter(())  # Spark's stand-in partition when there is nothing to read
-        return read_partition(partition)
+        return read_any(partition)
 
 
 R = TypeVar("R")
@@ -158,12 +173,12 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.copts = ConnectionOptions.parse(options)
         self.ropts = ReadOptions.parse(options, stream=True)
         self.params = ReadParams.of(self.ropts)
-        self.catalog = ChannelCatalog(self.copts)
+        self.catalog = catalog_for(self.copts, self.ropts)
         self.target: dict[str, int] | None = None  # Trigger.AvailableNow's end
 
     # -- offsets ----------------------------------------------------------------
     def _channels(self) -> list[str]:
-        return _channels(self.catalog, self.ropts)
+        return _names(self.catalog, self.ropts)
 
     def _new_channel_start(self, channels: list[str]) -> dict[str, int]:
         """Where reading of channels without an offset yet begins (the value is 'before')."""
@@ -242,19 +257,17 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         start = {str(k): int(v) for k, v in start.items()}
         end = {str(k): int(v) for k, v in end.items()}
-        ropts = self.ropts
-        fetching = ropts.fetch and self.catalog.fetch_supported()
-        size = ropts.partition_size(fetching)
+        size, params = self.catalog.partitioning(self.ropts, self.params)
         ranges = ranges_between(start, end, size, 1)
-        sizes = self.catalog.sizes
-        params = dataclasses.replace(self.params, fetch=fetching)
-        return [NatsPartition(r, self.copts, params, sizes.get(r.channel, 0),
-                              self.ropts.start_time_ns or 0) for r in ranges]
+        unknown = {r.channel for r in ranges if not self.catalog.hint(r.channel)}
+        if unknown:  # (how each stream is read: learnt with its bounds)
+            self.catalog.info(sorted(unknown))
+        return [_partition(r, self.copts, params, self.catalog, self.ropts) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, NatsPartition):
             return iter(())  # Spark's stand-in partition when there is nothing to read
-        return read_partition(partition)
+        return read_any(partition)
 
     def commit(self, end: dict) -> None:
         pass

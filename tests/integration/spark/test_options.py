@@ -18,7 +18,7 @@ from tidings.spark.options import (
     WriteOptions,
     check_names,
 )
-from tidings.spark.planning import channel_pattern_matches
+from tidings.spark.planning import name_matches
 
 from .conftest import publish
 
@@ -126,7 +126,7 @@ def test_starting_offsets_name_only_channels_the_stream_reads(spark, stan_server
     ("a.>.b", "a.>.b", True),
 ])
 def test_channel_pattern_nats_style_or_glob(pattern: str, channel: str, matches: bool) -> None:
-    assert channel_pattern_matches(pattern, channel) is matches
+    assert name_matches(pattern, channel) is matches
 
 def test_spark_own_option_keys_are_accepted():
     # Recorded from Spark 4.3 (a probe data source's `self.options`): read.load(path) and
