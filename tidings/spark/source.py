@@ -33,6 +33,7 @@ from pyspark.sql.types import StructType
 
 from .arrow import spark_schema, stream_spark_schema
 from .catalog import ChannelCatalog
+from .connection import ConnectorError
 from .options import ConnectionOptions, OptionError, ReadOptions, parse_offsets_json
 from .planning import SeqRange, limit_offsets, merge_offsets, ranges_between, split_range
 from .reader import NatsPartition, ReadParams, read_any
@@ -87,6 +88,17 @@ def _names(catalog: Any, ropts: ReadOptions) -> list[str]:
     if ropts.pattern:
         names.extend(catalog.discover(ropts.pattern))
     return list(dict.fromkeys(names))
+
+
+def _check_not_behind(start: dict[str, int], latest: dict[str, int]) -> None:
+    """A stream's sequence never goes back: one whose last is before where the query
+    stands was deleted and made again (its messages are not those the offsets count)."""
+    for name, last in latest.items():
+        if last < start.get(name, 0):
+            raise ConnectorError(
+                f"stream {name!r} ends at sequence {last}, before the query's offset "
+                f"{start[name]}: it was deleted (and created again) under the query; start "
+                "the query again with a new checkpoint, or startingOffsets")
 
 
 def _partition(rng: SeqRange, copts: ConnectionOptions, params: ReadParams, catalog: Any,
@@ -227,6 +239,8 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             known = [ch for ch in channels if ch in start]
             new = [ch for ch in channels if ch not in start]
             latest = self.catalog.last_sequences(known) if known else {}
+            if self.ropts.kind == "stream":
+                _check_not_behind(start, latest)
         end = merge_offsets(start, latest)
         if isinstance(limit, ReadMaxRows):
             end = merge_offsets(start, limit_offsets(start, end, limit.max_rows))

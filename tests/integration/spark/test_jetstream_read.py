@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -150,3 +151,94 @@ def test_headers_with_repeated_values(spark: Any, js_server: Server) -> None:
 def test_a_stream_that_does_not_exist_is_named(spark: Any, js_server: Server) -> None:
     with pytest.raises(Exception, match="stream 'NOPE_NOT_THERE' not found"):
         load(spark, js_server, streams="NOPE_NOT_THERE").collect()
+
+
+def _stream(spark: Any, server: Server, **options: Any) -> Any:
+    reader = spark.readStream.format("nats").option("url", server.url)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def _run(spark: Any, df: Any, out: Any, ckpt: Any) -> list[int]:
+    query = (df.selectExpr("stream", "sequence", "cast(data as string) as body")
+             .writeStream.format("parquet").option("path", str(out))
+             .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
+    assert query.awaitTermination(120), "the availableNow query did not finish"
+    assert query.exception() is None
+    return [p["numInputRows"] for p in query.recentProgress]
+
+
+def _stored(spark: Any, out: Any) -> list[tuple[str, int, str]]:
+    return sorted((r.stream, r.sequence, r.body) for r in spark.read.parquet(str(out)).collect())
+
+
+def test_a_streaming_read_restarts_from_its_checkpoint_exactly_once(
+        spark: Any, js_server: Server, tmp_path: Any) -> None:
+    a, b = name(), name()
+    for stream in (a, b):
+        fill(js_server.url, stream, {"subjects": [f"{stream}.>"], "allow_direct": stream == a},
+             [(f"{stream}.x", b"%s-%d" % (stream.encode(), i), None) for i in range(1, 11)],
+             delete=(4,))
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    sizes = _run(spark, _stream(spark, js_server, streams=f"{a},{b}", maxMessagesPerTrigger=7),
+                 out, ckpt)
+    assert sum(sizes) == 18 and max(sizes) <= 7
+    want = [(s, i, f"{s}-{i}") for s in (a, b) for i in range(1, 11) if i != 4]
+    assert _stored(spark, out) == sorted(want)
+
+    fill(js_server.url, a, {"subjects": [f"{a}.>"], "allow_direct": True},
+         [(f"{a}.x", b"%s-%d" % (a.encode(), i), None) for i in range(11, 14)])
+    assert sum(_run(spark, _stream(spark, js_server, streams=f"{a},{b}",
+                                   maxMessagesPerTrigger=7), out, ckpt)) == 3
+    want += [(a, i, f"{a}-{i}") for i in range(11, 14)]
+    assert _stored(spark, out) == sorted(want)
+
+
+def test_starting_offsets_of_streams(spark: Any, js_server: Server, tmp_path: Any) -> None:
+    a, b = name(), name()
+    for stream in (a, b):
+        fill(js_server.url, stream, {"subjects": [f"{stream}.>"], "allow_direct": True},
+             [(f"{stream}.x", b"%s-%d" % (stream.encode(), i), None) for i in range(1, 6)])
+    out = tmp_path / "out"
+    offsets = json.dumps({a: 3})
+    _run(spark, _stream(spark, js_server, streams=f"{a},{b}", startingOffsets=offsets),
+         out, tmp_path / "ckpt")
+    assert _stored(spark, out) == sorted(
+        [(a, 4, f"{a}-4"), (a, 5, f"{a}-5")] + [(b, i, f"{b}-{i}") for i in range(1, 6)])
+    latest = tmp_path / "latest"
+    assert sum(_run(spark, _stream(spark, js_server, streams=a, startingOffsets="latest"),
+                    latest, tmp_path / "ckpt2")) == 0
+
+
+def test_a_stream_deleted_under_a_running_query_fails_it_clearly(
+        spark: Any, js_server: Server, tmp_path: Any) -> None:
+    from pyspark.errors import StreamingQueryException
+
+    stream = name()
+    config = {"subjects": [f"{stream}.>"], "allow_direct": True}
+    fill(js_server.url, stream, config, [(f"{stream}.x", b"m", None)] * 5)
+    query = (_stream(spark, js_server, streams=stream).selectExpr("sequence")
+             .writeStream.format("memory").queryName(f"q{stream}")
+             .option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        deadline = time.monotonic() + 60
+        while spark.sql(f"select count(*) from q{stream}").collect()[0][0] < 5:
+            assert time.monotonic() < deadline, "the query read nothing"
+            time.sleep(0.2)
+
+        async def recreate() -> None:  # deleted, and made again (its sequence from 1)
+            nc = await nats.connect(js_server.url)
+            try:
+                await api(nc, f"STREAM.DELETE.{stream}")
+                await api(nc, f"STREAM.CREATE.{stream}", {"name": stream, **config})
+                await nc.request(f"{stream}.x", b"again", timeout=5)
+            finally:
+                await nc.close()
+
+        asyncio.run(recreate())
+        with pytest.raises(StreamingQueryException, match="deleted"):
+            query.awaitTermination(60)
+    finally:
+        query.stop()
