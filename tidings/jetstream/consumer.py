@@ -382,7 +382,7 @@ class Consumer:
         sent = False
         while self._may_deliver() and (target or self.waiting):
             if budget <= 0:
-                self.wake(time.monotonic())
+                self.wake(0.0)  # (the next turn of the loop: no timer tick to wait for)
                 break
             if flow is not None and flow.stalled():
                 break  # until the subscriber answers the flow control request
