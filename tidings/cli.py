@@ -128,6 +128,10 @@ def _cmd_streaming(args: argparse.Namespace) -> int:
     _setup_logging(args.no_log, args.debug)
     if args.streaming_command == "import-ref":
         return _cmd_import_ref(args)
+    if args.streaming_command == "migrate":
+        from .streaming import migrate
+
+        return migrate.run(args)
     from .streaming.server import options_from_args as streaming_options
     from .streaming.server import run_standalone
 
@@ -195,6 +199,13 @@ def _configure_streaming(stan: argparse.ArgumentParser) -> None:
                      ("--dir", {}), ("--sql_driver", {"choices": ("sqlite", "postgres")}),
                      ("--sql_source", {})):
         imp.add_argument(flag, default=argparse.SUPPRESS, **kw)  # type: ignore[arg-type]
+    from .streaming import migrate
+
+    mig = stan_commands.add_parser(
+        "migrate", help="move channels and durable subscriptions to JetStream streams and "
+        "consumers", description=migrate.DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    migrate.configure(mig)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
