@@ -7,8 +7,8 @@ source into a file-storage stream on tidings -js and on the reference nats-serve
 Sources: a running tidings streaming server (memory store, read over the streaming protocol)
 and a tidings file store directory. Each run is the `tidings` command in a process of its
 own into a fresh target; the figure is the command's own (messages over the copy's time,
-without start-up and planning), the best of the runs; the wall time of the whole command is
-shown beside it.
+without start-up and planning), the best of the runs; the wall time of the whole command and
+its CPU time per message (start-up included) are shown beside it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -41,15 +42,19 @@ async def fill(url: str, n: int, size: int) -> None:
     await sc.close()
 
 
-def migrate(source: list[str], to: str) -> tuple[int, float]:
+def migrate(source: list[str], to: str) -> tuple[int, float, float]:
+    """(msgs/s of the copy, wall seconds of the command, CPU µs per message of the command)"""
     cmd = [sys.executable, "-m", "tidings", "streaming", "migrate", *source, "--to", to,
            "--no-progress"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     m = RATE.search(out)
     assert m, out
-    return int(m.group(2).replace(",", "")), wall
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return int(m.group(2).replace(",", "")), wall, cpu * 1e6 / max(int(m.group(1)), 1)
 
 
 def target(kind: str) -> object:
@@ -76,11 +81,11 @@ def main() -> None:
                                   f"http://127.0.0.1:{live.ports['http']}"],
                "file store dir": ["--dir", str(store)]}
     print(f"{args.msgs:,} messages of {args.size} B, best of {args.runs}")
-    print(f"{'source':<16} {'target':<10} {'msgs/s':>10} {'wall s':>8}")
+    print(f"{'source':<16} {'target':<11} {'msgs/s':>10} {'wall s':>8} {'cpu us/msg':>11}")
     try:
         for name, source in sources.items():
             for kind in ("tidings", "reference"):
-                best = (0, 0.0)
+                best = (0, 0.0, 0.0)
                 for _ in range(args.runs):
                     srv = target(kind)
                     try:
@@ -88,7 +93,7 @@ def main() -> None:
                     finally:
                         srv.stop()  # type: ignore[attr-defined]
                 label = "tidings" if kind == "tidings" else "nats-server"
-                print(f"{name:<16} {label:<10} {best[0]:>10,} {best[1]:>8.2f}")
+                print(f"{name:<16} {label:<11} {best[0]:>10,} {best[1]:>8.2f} {best[2]:>11.1f}")
     finally:
         live.stop()
 

@@ -163,11 +163,12 @@ def durables(subs: Iterable[SubState]) -> list[Durable]:
     """The consumers the durable subscriptions become: one per plain durable, one per
     durable queue group (its first unacknowledged message the lowest among its members', or
     the one after the group's last sent)."""
-    groups: dict[tuple[str, str, str], list[SubState]] = {}
-    for s in subs:
-        groups.setdefault((s.channel, s.durable_name, s.queue_group), []).append(s)
+    groups: dict[tuple[str, str, str, str], list[SubState]] = {}
+    for s in subs:  # a plain durable is its client's; a queue group its members'
+        owner = "" if s.queue_group else s.client_id
+        groups.setdefault((s.channel, s.durable_name, s.queue_group, owner), []).append(s)
     out = []
-    for (channel, durable, qgroup), members in groups.items():
+    for (channel, durable, qgroup, _), members in groups.items():
         name, queue = (durable, "") if not qgroup else qgroup.split(":", 1)
         pending = [m.first_pending for m in members if m.first_pending is not None]
         next_seq = min(pending) if pending else max(m.last_sent for m in members) + 1

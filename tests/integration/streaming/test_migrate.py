@@ -30,11 +30,11 @@ from tidings.protocol.headers import Headers
 from tidings.server.gojson import go_time
 from tidings.streaming import migrate
 from tidings.streaming.client import connect as stan_connect
-from tidings.streaming.migrate_plan import MigrateError, Settings
-from tidings.streaming.migrate_run import copy_channel, plan_migration
+from tidings.streaming.migrate_plan import Channel, MigrateError, Settings, gap_block
+from tidings.streaming.migrate_run import copy_channel, plan_migration, run_migration
 from tidings.streaming.migrate_sources import open_directory
 from tidings.streaming.migrate_target import JetStreamTarget
-from tidings.streaming.stores import open_store
+from tidings.streaming.stores import MsgRecord, open_store
 
 TARGETS = ["tidings", "reference"]
 
@@ -325,7 +325,8 @@ async def test_killed_midway_then_run_again(target: Server, js: Client,
     store_dir = tmp_path / "big"
     n = 20_000
     with open_store("file", path=store_dir) as store:
-        store.restore_msgs("big", ((migrate_record(s) for s in range(1, n + 1))))
+        store.restore_msgs("big", (MsgRecord(s, T0 + s, "big", "", b"%d" % s)
+                                   for s in range(1, n + 1)))
     cmd = [sys.executable, "-m", "tidings", "streaming", "migrate", "--dir", str(store_dir),
            "--to", target.url, "--window", "16"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -347,12 +348,6 @@ async def test_killed_midway_then_run_again(target: Server, js: Client,
     for seq in (1, stopped_at, stopped_at + 1, n) if stopped_at < n else (1, n):
         got = (await api(js, "STREAM.MSG.GET.big", {"seq": seq}))["message"]
         assert base64.b64decode(got["data"]) == b"%d" % seq
-
-
-def migrate_record(seq: int) -> Any:
-    from tidings.streaming.stores import MsgRecord
-
-    return MsgRecord(seq, T0 + seq, "big", "", b"%d" % seq)
 
 
 # --- dry run and refusals ------------------------------------------------------------------
@@ -430,3 +425,79 @@ def test_the_command_says_what_is_wrong(tmp_path: Path) -> None:
     assert proc.stderr == (f"tidings streaming migrate: error: {tmp_path}: no streaming store "
                            "there (neither a tidings file store nor a nats-streaming-server "
                            "file store)\n")
+
+
+async def test_a_refused_publish_stops_the_migration(reference_dir: tuple[Path, Expected],
+                                                     js: Client) -> None:
+    """An existing stream of the same shape whose limits refuse the messages: the server's
+    error, and nothing after it."""
+    root, _ = reference_dir
+    await api(js, "STREAM.CREATE.orders", {"name": "orders", "subjects": ["orders"],
+                                           "max_msg_size": 60})
+    with pytest.raises(MigrateError, match=r"stream 'orders' refused channel 'orders' message "
+                       r"1: message size exceeds maximum allowed \(err_code 10054\)"):
+        await run("--dir", str(root), "--to", js.connected_url.geturl(), "--channel", "orders")
+    info = await api(js, "STREAM.INFO.orders")
+    assert (info["state"]["messages"], info["state"]["consumer_count"]) == (0, 0)
+
+
+# --- messages that expire while the migration reads ----------------------------------------
+
+
+class Expiring:
+    """A source whose channel lost messages between its listing and its read (as a running
+    server's channel with a max age can): the read skips them."""
+
+    description = "a channel losing messages"
+
+    def __init__(self, last: int, gone: set[int]) -> None:
+        self.last, self.gone = last, gone
+
+    async def channels(self) -> list[Channel]:
+        return [Channel("gappy", 1, self.last, self.last)]
+
+    async def subscriptions(self, channels: Any) -> list[Any]:
+        return []
+
+    async def read(self, channel: Channel, start: int) -> AsyncIterator[list[MsgRecord]]:
+        yield [MsgRecord(s, T0 + s, "gappy", "", b"%d" % s)
+               for s in range(start, self.last + 1) if s not in self.gone]
+
+    async def close(self) -> None:
+        pass
+
+
+async def migrate_from(source: Any, url: str) -> None:
+    target = await JetStreamTarget.connect(url)
+    try:
+        plans = await plan_migration(source, target, Settings())
+        await run_migration(source, target, plans, Settings(), migrate.Meter(False))
+    finally:
+        await target.close()
+
+
+async def stored_seqs(nc: Client, stream: str, upto: int) -> list[int]:
+    out = []
+    for seq in range(1, upto + 1):
+        got = await api(nc, f"STREAM.MSG.GET.{stream}", {"seq": seq})
+        if "message" in got:
+            assert base64.b64decode(got["message"]["data"]) == b"%d" % seq
+            out.append(seq)
+    return out
+
+
+async def test_expired_messages_leave_gaps_in_place(js: Client) -> None:
+    """Messages 4 and 5 expired before they were read: stand-ins keep 6..8 at their
+    sequences and are deleted; a stand-in an interrupted run left at the end is deleted by
+    the next run."""
+    url = js.connected_url.geturl()
+    await migrate_from(Expiring(8, {4, 5}), url)
+    state = (await api(js, "STREAM.INFO.gappy"))["state"]
+    assert (state["messages"], state["first_seq"], state["last_seq"]) == (6, 1, 8)
+    assert await stored_seqs(js, "gappy", 8) == [1, 2, 3, 6, 7, 8]
+    # a run killed between storing the stand-in of 9 and deleting it
+    await js.request("gappy", b"", headers=Headers.decode(gap_block("gappy", 9)), timeout=5)
+    await migrate_from(Expiring(10, {4, 5, 9}), url)
+    state = (await api(js, "STREAM.INFO.gappy"))["state"]
+    assert (state["messages"], state["last_seq"]) == (7, 10)
+    assert await stored_seqs(js, "gappy", 10) == [1, 2, 3, 6, 7, 8, 10]
