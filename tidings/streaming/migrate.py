@@ -90,7 +90,8 @@ def summary(report: Report) -> str:
     lines.append(f"{report.total} message(s) in {report.seconds:.2f} s ({rate:,.0f} msgs/s), "
                  f"{report.consumers} consumer(s) created")
     if not report.complete:
-        lines.append("stopped before the end (--limit): run the same command again to go on")
+        lines.append("stopped before the end (no consumer made yet): run the same command "
+                     "again to go on")
     return "\n".join(lines)
 
 

@@ -138,7 +138,7 @@ class LiveSource:
         unacknowledged one (None if it is sent nothing in time)."""
         if queue:
             sc, own = await self._client(), False
-            durable, queue = queue.split(":", 1)
+            durable, _, queue = queue.partition(":")
         else:
             sc, own = await self._connect(client_id), True
         first: asyncio.Future[int] = asyncio.get_running_loop().create_future()

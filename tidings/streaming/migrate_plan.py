@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..server.gojson import go_time
@@ -169,7 +169,7 @@ def durables(subs: Iterable[SubState]) -> list[Durable]:
         groups.setdefault((s.channel, s.durable_name, s.queue_group, owner), []).append(s)
     out = []
     for (channel, durable, qgroup, _), members in groups.items():
-        name, queue = (durable, "") if not qgroup else qgroup.split(":", 1)
+        name, _, queue = (durable, "", "") if not qgroup else qgroup.partition(":")
         pending = [m.first_pending for m in members if m.first_pending is not None]
         next_seq = min(pending) if pending else max(m.last_sent for m in members) + 1
         out.append(Durable(channel, name, queue, tuple(sorted({m.client_id for m in members})),
@@ -180,11 +180,17 @@ def durables(subs: Iterable[SubState]) -> list[Durable]:
 # --- configurations -----------------------------------------------------------------------
 
 
+def first_seq(channel: Channel) -> int:
+    """The sequence the channel's stream starts at: its first message's, or the next one's
+    when it holds none."""
+    return channel.first_seq if channel.msgs else channel.last_seq + 1
+
+
 def stream_config(channel: Channel, stream: str, opts: Options) -> dict[str, Any]:
     """The stream stan2js makes for a channel, starting at the channel's first sequence."""
     cfg: dict[str, Any] = {"name": stream, "subjects": [channel.name], "storage": opts.storage,
                            "num_replicas": opts.replicas}
-    first = channel.first_seq if channel.msgs else channel.last_seq + 1
+    first = first_seq(channel)
     if first > 1:
         cfg["first_seq"] = first
     return cfg
@@ -277,6 +283,8 @@ def _add_consumers(plans: Mapping[str, StreamPlan], found: Iterable[Durable], op
             raise MigrateError(
                 f"channel {d.channel!r}: durable {d.name!r} of {_holders(clash)} and of "
                 f"{_holders(d)} would both become consumer {d.name!r} of stream {plan.stream!r}")
+        # what expired from the channel is not in the stream either: start at its first
+        d = replace(d, next_seq=max(d.next_seq, plan.config.get("first_seq", 1)))
         deliver = "" if opts.pull else (inbox() if inbox is not None else "_INBOX.<new>")
         plan.consumers.append(ConsumerPlan(d, consumer_config(d, opts.pull, deliver)))
 

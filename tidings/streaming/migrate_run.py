@@ -23,13 +23,13 @@ from typing import Protocol
 
 from .migrate_plan import (
     HDR_GAP,
-    Channel,
     MigrateError,
     Settings,
     Stamper,
     StreamPlan,
     build_plan,
     consumer_differences,
+    first_seq,
     gap_block,
     ours,
     stream_differences,
@@ -74,15 +74,11 @@ async def plan_migration(source: Source, target: JetStreamTarget | None,
     inbox = target.nc.new_inbox if target is not None else None
     plans = build_plan(channels, subs, opts, inbox)
     for plan in plans:
-        plan.resume_from = _first(plan.channel)
+        plan.resume_from = first_seq(plan.channel)
         if target is not None:
             await _check_stream(target, plan)
             await _check_consumers(target, plan)
     return plans
-
-
-def _first(ch: Channel) -> int:
-    return ch.first_seq if ch.msgs else ch.last_seq + 1
 
 
 async def _check_stream(target: JetStreamTarget, plan: StreamPlan) -> None:
@@ -97,7 +93,7 @@ async def _check_stream(target: JetStreamTarget, plan: StreamPlan) -> None:
         raise MigrateError(f"stream {plan.stream!r} exists with another configuration "
                            f"({'; '.join(diffs)}): left as it is; remove it or --map channel "
                            f"{plan.channel.name!r} to another stream")
-    if last >= first:
+    if first <= last < plan.channel.last_seq:  # more to copy: after the channel's own only
         headers = await target.get_headers(plan.stream, last)
         if headers is not None and not ours(headers, plan.channel.name, last):
             raise MigrateError(f"stream {plan.stream!r} holds messages that are not channel "
@@ -182,7 +178,7 @@ async def _fill_gap(target: JetStreamTarget, pub: Publisher, plan: StreamPlan, s
 async def clear_stand_ins(target: JetStreamTarget, plan: StreamPlan) -> None:
     """Stand-ins an interrupted run left at the stream's end: deleted."""
     seq = plan.resume_from - 1
-    while seq >= (plan.config.get("first_seq") or 1):
+    while seq >= 1:
         headers = await target.get_headers(plan.stream, seq)
         if headers is None or headers.get(HDR_GAP) is None:
             return
@@ -201,9 +197,8 @@ async def run_migration(source: Source, target: JetStreamTarget, plans: Sequence
             await target.create_stream(plan.config)
         else:
             await clear_stand_ins(target, plan)
-        left = None if budget is None else budget
         report.copied[plan.stream] = n = await copy_channel(
-            source, target, plan, settings, left, meter.channel(plan))
+            source, target, plan, settings, budget, meter.channel(plan))
         if budget is not None:
             budget -= n
             if plan.resume_from + n <= plan.channel.last_seq:

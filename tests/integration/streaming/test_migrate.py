@@ -34,7 +34,7 @@ from tidings.streaming.migrate_plan import Channel, MigrateError, Settings, gap_
 from tidings.streaming.migrate_run import copy_channel, plan_migration, run_migration
 from tidings.streaming.migrate_sources import open_directory
 from tidings.streaming.migrate_target import JetStreamTarget
-from tidings.streaming.stores import MsgRecord, open_store
+from tidings.streaming.stores import MsgRecord, SubRecord, open_store
 
 TARGETS = ["tidings", "reference"]
 
@@ -501,3 +501,17 @@ async def test_expired_messages_leave_gaps_in_place(js: Client) -> None:
     state = (await api(js, "STREAM.INFO.gappy"))["state"]
     assert (state["messages"], state["last_seq"]) == (7, 10)
     assert await stored_seqs(js, "gappy", 10) == [1, 2, 3, 6, 7, 8, 10]
+
+
+async def test_from_a_sqlite_store(js: Client, tmp_path: Path) -> None:
+    db = tmp_path / "streaming.db"
+    with open_store("sqlite", path=str(db)) as store:
+        store.restore_msgs("audit", (MsgRecord(s, T0 + s, "audit", "", b"a%d" % s)
+                                     for s in range(3, 9)))
+        store.create_sub("audit", SubRecord(client_id="c", durable_name="d", is_durable=True,
+                                            last_sent=6, pending={5, 6}))
+        store.create_sub("audit", SubRecord(client_id="c", is_durable=False, last_sent=8))
+    assert await run("--sqlite", str(db), "--to", js.connected_url.geturl()) == 0
+    await check_stream(js, "audit", "audit", [(s, b"a%d" % s, T0 + s) for s in range(3, 9)])
+    assert await first_delivery(js, "audit", "d") == 5
+    assert (await api(js, "CONSUMER.NAMES.audit"))["consumers"] == ["d"]

@@ -129,3 +129,10 @@ def test_acks() -> None:
     nobody.sent(1)
     nobody.ack(1, b"", 503)
     assert nobody.error is not None and "no stream of the target takes subject" in nobody.error
+
+
+def test_a_durable_behind_the_channel_starts_at_its_first_message() -> None:
+    """Its unacknowledged messages expired from the channel: none of them is in the stream."""
+    (plan,) = build_plan([Channel("a", 10, 14, 5)], [SubState("a", "c", "d", "", 3, 2)],
+                         Options())
+    assert plan.consumers[0].config["opt_start_seq"] == 10
