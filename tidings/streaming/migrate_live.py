@@ -16,6 +16,7 @@ a position too. It needs the durable offline: the application stopped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import urllib.error
 import urllib.request
@@ -52,6 +53,15 @@ def fetch_json(url: str) -> Any:
         raise MigrateError(f"{url}: the answer is not JSON") from exc
 
 
+def _num(value: Any) -> int:
+    """A count or sequence of monitoring's JSON (0 where it is not a number)."""
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def _is_channel(entry: Any) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("name"), str) and bool(entry["name"])
+
+
 class LiveSource:
     """A running streaming server: ``--url`` (NATS), ``--monitor`` (its HTTP monitoring)."""
 
@@ -74,9 +84,12 @@ class LiveSource:
             page = await asyncio.to_thread(fetch_json, url)
             if not isinstance(page, dict):
                 raise MigrateError(f"{url}: not a channel list")
-            self._check_cluster(page.get("cluster_id", ""))
-            out += page.get("channels") or []
-            if not page.get("channels") or len(out) >= page.get("total", 0):
+            self._check_cluster(str(page.get("cluster_id") or ""))
+            chans = page.get("channels") or []
+            if not isinstance(chans, list) or not all(_is_channel(c) for c in chans):
+                raise MigrateError(f"{url}: not a channel list")
+            out += chans
+            if not chans or len(out) >= _num(page.get("total")):
                 break
         self._listed = out
         return out
@@ -104,8 +117,8 @@ class LiveSource:
             raise MigrateError(f"cannot connect to {self.url}: {exc}") from exc
 
     async def channels(self) -> list[Channel]:
-        return [Channel(c["name"], c.get("first_seq", 0), c.get("last_seq", 0),
-                        c.get("msgs", 0)) for c in await self._channelsz()]
+        return [Channel(c["name"], _num(c.get("first_seq")), _num(c.get("last_seq")),
+                        _num(c.get("msgs"))) for c in await self._channelsz()]
 
     async def subscriptions(self, channels: Collection[str]) -> list[SubState]:
         out = []
@@ -113,24 +126,25 @@ class LiveSource:
             if c["name"] not in channels:
                 continue
             for s in c.get("subscriptions") or []:
-                if s.get("is_durable"):
+                if isinstance(s, dict) and s.get("is_durable"):
                     out.append(await self._state(c["name"], s))
         return out
 
     async def _state(self, channel: str, s: dict[str, Any]) -> SubState:
-        durable, queue = s.get("durable_name", ""), s.get("queue_name", "")
-        last_sent = s.get("last_sent", 0)
+        durable, queue = str(s.get("durable_name") or ""), str(s.get("queue_name") or "")
+        client_id = str(s.get("client_id") or "")
+        last_sent = _num(s.get("last_sent"))
         first: int | None = None
-        if s.get("pending_count", 0):
+        if _num(s.get("pending_count")):
             who = f"queue group {queue!r}" if queue else f"durable {durable!r}"
             if not s.get("is_offline"):
                 raise MigrateError(
-                    f"channel {channel!r}: {who} of client {s.get('client_id')!r} is online "
+                    f"channel {channel!r}: {who} of client {client_id!r} is online "
                     "with unacknowledged messages: stop the application before migrating "
                     "(its position can only be read while it is offline)")
-            first = await self._probe(channel, s.get("client_id", ""), durable, queue,
-                                      s.get("ack_wait", 30))
-        return SubState(channel, s.get("client_id", ""), durable, queue, last_sent, first)
+            first = await self._probe(channel, client_id, durable, queue,
+                                      _num(s.get("ack_wait")) or 30)
+        return SubState(channel, client_id, durable, queue, last_sent, first)
 
     async def _probe(self, channel: str, client_id: str, durable: str, queue: str,
                      ack_wait: int) -> int | None:
@@ -166,7 +180,8 @@ class LiveSource:
                                f"{durable!r}: {exc}") from exc
         finally:
             if own:
-                await sc.close()
+                with contextlib.suppress(StanError):
+                    await sc.close()
 
     async def read(self, channel: Channel, start: int) -> AsyncIterator[list[MsgRecord]]:
         sc = await self._client()
@@ -203,14 +218,19 @@ class LiveSource:
                 del got[:]
                 last = batch[-1].seq
                 yield batch
-                await sub.ack_sequences(m.seq for m in batch)
+                try:
+                    await sub.ack_sequences(m.seq for m in batch)
+                except StanError as exc:
+                    raise MigrateError(f"channel {channel.name!r}: {exc}") from exc
                 if batch[-1].seq >= channel.last_seq:
                     return
         finally:
             if not sc.closed:
-                await sub.unsubscribe()
+                with contextlib.suppress(StanError):
+                    await sub.unsubscribe()
 
     async def close(self) -> None:
         if self.sc is not None:
-            await self.sc.close()
+            with contextlib.suppress(StanError):
+                await self.sc.close()
             self.sc = None

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from .migrate_plan import (
     HDR_GAP,
@@ -86,8 +86,10 @@ async def _check_stream(target: JetStreamTarget, plan: StreamPlan) -> None:
     if info is None:
         return
     plan.exists = True
-    cfg, last = info.get("config", {}), info.get("state", {}).get("last_seq", 0)
-    first = cfg.get("first_seq") or 1
+    cfg, state = _obj(info.get("config")), _obj(info.get("state"))
+    last = state.get("last_seq") if isinstance(state.get("last_seq"), int) else 0
+    first = cfg.get("first_seq") if isinstance(cfg.get("first_seq"), int) else 1
+    first = max(first, 1)
     diffs = stream_differences(cfg, plan.config, empty=last < first)
     if diffs:
         raise MigrateError(f"stream {plan.stream!r} exists with another configuration "
@@ -102,6 +104,11 @@ async def _check_stream(target: JetStreamTarget, plan: StreamPlan) -> None:
     plan.resume_from = max(last + 1, first)
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    """A JSON object of the target's answer ({} where it is something else)."""
+    return value if isinstance(value, dict) else {}
+
+
 async def _check_consumers(target: JetStreamTarget, plan: StreamPlan) -> None:
     if not plan.exists:
         return
@@ -109,7 +116,7 @@ async def _check_consumers(target: JetStreamTarget, plan: StreamPlan) -> None:
         info = await target.consumer_info(plan.stream, c.durable.name)
         if info is None:
             continue
-        diffs = consumer_differences(info.get("config", {}), c.config)
+        diffs = consumer_differences(_obj(info.get("config")), c.config)
         if diffs:
             raise MigrateError(f"consumer {c.durable.name!r} of stream {plan.stream!r} exists "
                                f"with another configuration ({'; '.join(diffs)}): left as "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -69,8 +70,12 @@ class JetStreamTarget:
             answer = json.loads(msg.data)
         except ValueError as exc:
             raise MigrateError(f"the target's answer to {API}.{op} is not JSON") from exc
-        err = answer.get("error") if isinstance(answer, dict) else None
+        if not isinstance(answer, dict):
+            raise MigrateError(f"the target's answer to {API}.{op} is not a JSON object")
+        err = answer.get("error")
         if err:
+            if not isinstance(err, dict):
+                err = {"description": str(err)}
             if missing_ok and err.get("err_code") in NOT_FOUND:
                 return None
             raise MigrateError(f"the target refused {API}.{op}: {api_error(err)}")
@@ -87,8 +92,9 @@ class JetStreamTarget:
         answer = await self.request(f"STREAM.MSG.GET.{stream}", {"seq": seq}, missing_ok=True)
         if answer is None:
             return None
-        raw = answer.get("message", {}).get("hdrs")
-        if not raw:
+        message = answer.get("message")
+        raw = message.get("hdrs") if isinstance(message, dict) else None
+        if not raw or not isinstance(raw, str):
             return Headers()
         try:
             return Headers.decode(base64.b64decode(raw))
@@ -214,7 +220,8 @@ class Publisher:
 
     async def close(self) -> None:
         if self._sub is not None:
-            await self._sub.unsubscribe()
+            with contextlib.suppress(nerr.Error):
+                await self._sub.unsubscribe()
             self._sub = None
 
     async def _wait(self, ready: Any) -> None:
