@@ -226,7 +226,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                            help="turn the streaming server off")
 
     stan = commands.add_parser(
-        "streaming", help="run the streaming server against any NATS server (or import data)")
+        "streaming", help="run the streaming server against any NATS server (or import data, or "
+        "migrate it to JetStream)")
     if command in (None, "streaming"):
         _configure_streaming(stan)
     server.set_defaults(func=_cmd_server)
