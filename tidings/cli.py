@@ -128,6 +128,10 @@ def _cmd_streaming(args: argparse.Namespace) -> int:
     _setup_logging(args.no_log, args.debug)
     if args.streaming_command == "import-ref":
         return _cmd_import_ref(args)
+    if args.streaming_command == "migrate":
+        from .streaming import migrate
+
+        return migrate.run(args)
     from .streaming.server import options_from_args as streaming_options
     from .streaming.server import run_standalone
 
@@ -195,6 +199,13 @@ def _configure_streaming(stan: argparse.ArgumentParser) -> None:
                      ("--dir", {}), ("--sql_driver", {"choices": ("sqlite", "postgres")}),
                      ("--sql_source", {})):
         imp.add_argument(flag, default=argparse.SUPPRESS, **kw)  # type: ignore[arg-type]
+    from .streaming import migrate
+
+    mig = stan_commands.add_parser(
+        "migrate", help="move channels and durable subscriptions to JetStream streams and "
+        "consumers", description=migrate.DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    migrate.configure(mig)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -215,7 +226,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                            help="turn the streaming server off")
 
     stan = commands.add_parser(
-        "streaming", help="run the streaming server against any NATS server (or import data)")
+        "streaming", help="run the streaming server against any NATS server (or import data, or "
+        "migrate it to JetStream)")
     if command in (None, "streaming"):
         _configure_streaming(stan)
     server.set_defaults(func=_cmd_server)
