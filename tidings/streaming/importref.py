@@ -99,7 +99,7 @@ def _check_not_running(root: Path) -> None:
         os.close(fd)  # closing the descriptor releases our lock
 
 
-def _parse(msg_type: type, payload: bytes, path: Path):  # noqa: ANN202
+def parse(msg_type: type, payload: bytes, path: Path):  # noqa: ANN202
     try:
         return msg_type.FromString(payload)
     except DecodeError as exc:
@@ -123,7 +123,7 @@ def check_source(src: str | os.PathLike[str]) -> Path:
 def _read_server(root: Path, report: ImportReport) -> spb.ServerInfo:
     path = root / "server.dat"
     for _, payload in read_records(path, False, report.warnings):
-        return _parse(spb.ServerInfo, payload, path)
+        return parse(spb.ServerInfo, payload, path)
     raise ReferenceStoreError(f"{path}: no server record")
 
 
@@ -134,16 +134,16 @@ def _read_clients(root: Path, report: ImportReport) -> dict[str, spb.ClientInfo]
         return clients
     for rtype, payload in read_records(path, True, report.warnings):
         if rtype == CLIENT_ADD:
-            info = _parse(spb.ClientInfo, payload, path)
+            info = parse(spb.ClientInfo, payload, path)
             clients[info.ID] = info
         elif rtype == CLIENT_DEL:
-            clients.pop(_parse(spb.ClientDelete, payload, path).ID, None)
+            clients.pop(parse(spb.ClientDelete, payload, path).ID, None)
         else:
             raise ReferenceStoreError(f"{path}: unknown client record type {rtype}")
     return clients
 
 
-def _slices(chan_dir: Path) -> list[Path]:
+def slices(chan_dir: Path) -> list[Path]:
     found = []
     for p in chan_dir.iterdir():
         name = p.name
@@ -152,12 +152,12 @@ def _slices(chan_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def _read_msgs(chan_dir: Path, name: str, after: int, report: ImportReport) -> Iterator[MsgRecord]:
+def read_msgs(chan_dir: Path, name: str, after: int, report: ImportReport) -> Iterator[MsgRecord]:
     """The channel's messages with sequence > ``after``, gaps filled with empty messages."""
     last = 0
-    for path in _slices(chan_dir):
+    for path in slices(chan_dir):
         for _, payload in read_records(path, False, report.warnings):
-            m = _parse(pb.MsgProto, payload, path)
+            m = parse(pb.MsgProto, payload, path)
             if m.sequence <= last:
                 continue
             if last and m.sequence > last + 1:
@@ -172,19 +172,19 @@ def _read_msgs(chan_dir: Path, name: str, after: int, report: ImportReport) -> I
                 yield MsgRecord(m.sequence, m.timestamp, name, m.reply, m.data)
 
 
-def _read_subs(path: Path, report: ImportReport) -> dict[int, tuple[spb.SubState, set[int]]]:
+def read_subs(path: Path, report: ImportReport) -> dict[int, tuple[spb.SubState, set[int]]]:
     subs: dict[int, tuple[spb.SubState, set[int]]] = {}
     if not path.exists():
         return subs
     for rtype, payload in read_records(path, True, report.warnings):
         if rtype in (SUB_NEW, SUB_UPDATE):
-            state = _parse(spb.SubState, payload, path)
+            state = parse(spb.SubState, payload, path)
             old = subs.get(state.ID)
             subs[state.ID] = (state, old[1] if old else set())
         elif rtype == SUB_DEL:
-            subs.pop(_parse(spb.SubStateDelete, payload, path).ID, None)
+            subs.pop(parse(spb.SubStateDelete, payload, path).ID, None)
         elif rtype in (SUB_ACK, SUB_MSG):
-            upd = _parse(spb.SubStateUpdate, payload, path)
+            upd = parse(spb.SubStateUpdate, payload, path)
             entry = subs.get(upd.ID)
             if entry is None:
                 continue
@@ -243,9 +243,9 @@ def import_reference(
         store.create_channel(name)
         report.channels += 1
         after = store.first_last(name)[1]
-        report.messages += store.restore_msgs(name, _read_msgs(chan_dir, name, after, report))
+        report.messages += store.restore_msgs(name, read_msgs(chan_dir, name, after, report))
         existing = {(s.client_id, s.durable_name, s.queue_group) for s in store.subs(name)}
-        for state, pending in _read_subs(chan_dir / "subs.dat", report).values():
+        for state, pending in read_subs(chan_dir / "subs.dat", report).values():
             if durable_only and not state.isDurable:
                 continue
             key = (state.clientID, state.durableName, state.qGroup)

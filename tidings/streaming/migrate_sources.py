@@ -95,7 +95,7 @@ class ReferenceSource:
     def _channel(self, chan_dir: Path) -> Channel:
         """First and last from the first and last slices holding a record; the reader fills
         gaps between them, so the count follows."""
-        slices = importref._slices(chan_dir)
+        slices = importref.slices(chan_dir)
         first = next((s for p in slices for s in self._seqs(p)), 0)
         last = next((max(seqs) for p in reversed(slices) if (seqs := list(self._seqs(p)))), 0)
         if not first:
@@ -104,13 +104,13 @@ class ReferenceSource:
 
     def _seqs(self, path: Path) -> Iterator[int]:
         for _, payload in importref.read_records(path, False, []):
-            yield importref._parse(pb.MsgProto, payload, path).sequence
+            yield importref.parse(pb.MsgProto, payload, path).sequence
 
     async def subscriptions(self, channels: Collection[str]) -> list[SubState]:
         def read() -> list[SubState]:
             out = []
             for ch in channels:
-                subs = importref._read_subs(self.root / ch / "subs.dat", self.report)
+                subs = importref.read_subs(self.root / ch / "subs.dat", self.report)
                 out += [SubState(ch, s.clientID, s.durableName, s.qGroup, s.lastSent,
                                  min(pending, default=None))
                         for s, pending in subs.values() if s.isDurable]
@@ -118,7 +118,7 @@ class ReferenceSource:
         return await asyncio.to_thread(read)
 
     async def read(self, channel: Channel, start: int) -> AsyncIterator[list[MsgRecord]]:
-        msgs = importref._read_msgs(self.root / channel.name, channel.name, start - 1,
+        msgs = importref.read_msgs(self.root / channel.name, channel.name, start - 1,
                                     self.report)
         while True:
             batch = await asyncio.to_thread(lambda: list(islice(msgs, BATCH)))
