@@ -274,7 +274,11 @@ class Consumer:
         self._npc: int | None = None  # messages from next_seq on it takes (None: count again)
         self.pending: OrderedDict[int, Pending] = OrderedDict()  # stream seq -> Pending
         self.redeliver: deque[int] = deque()
-        self.ack_floor = (0, 0)  # (consumer seq, stream seq)
+        # Nothing delivered yet: "delivered" and the ack floor stand just before where it
+        # starts, as the reference's do.
+        begin = min(self.initial[0], self.next_seq) if self.initial else self.next_seq
+        self.dseq = max(begin, stream.store.first_seq) - 1
+        self.ack_floor = (0, self.dseq)  # (consumer seq, stream seq)
         self.redelivered = 0
         self.waiting: deque[PullRequest] = deque()
         self.last_active = 0

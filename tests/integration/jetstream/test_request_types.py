@@ -223,3 +223,34 @@ async def test_msg_get_forms_as_the_reference_answers_them(servers: list[Server]
     assert theirs[1]["message"]["seq"] == 3 and theirs[4]["message"]["seq"] == 1
     for body, mine, reference in zip(bodies, ours, theirs, strict=True):
         assert mine == reference, body
+
+
+async def test_a_new_consumer_stands_just_before_where_it_starts(servers: list[Server]) -> None:
+    """Its delivered and ack floor stream sequences, for each way to start, on a stream
+    whose first messages are gone."""
+    starts = [{"deliver_policy": "all"}, {"deliver_policy": "new"}, {"deliver_policy": "last"},
+              {"deliver_policy": "by_start_sequence", "opt_start_seq": 5},
+              {"deliver_policy": "by_start_sequence", "opt_start_seq": 1},
+              {"deliver_policy": "by_start_time", "opt_start_time": "2000-01-01T00:00:00Z"}]
+    got = []
+    for server in servers:
+        nc = await nats.connect(server.url)
+        try:
+            await nc.request("$JS.API.STREAM.CREATE.NC", json.dumps(
+                {"name": "NC", "subjects": ["nc.>"], "storage": "memory"}).encode(), timeout=5)
+            for i in range(6):
+                await nc.request(f"nc.{i % 2}", b"x", timeout=5)
+            await nc.request("$JS.API.STREAM.PURGE.NC", b'{"seq": 3}', timeout=5)
+            answers = []
+            for start in starts:
+                reply = await nc.request("$JS.API.CONSUMER.CREATE.NC", json.dumps(
+                    {"stream_name": "NC", "config": {"ack_policy": "explicit", **start}}
+                ).encode(), timeout=5)
+                info = json.loads(reply.data)
+                answers.append((info["delivered"], info["ack_floor"], info["num_pending"]))
+            got.append(answers)
+        finally:
+            await nc.close()
+    ours, theirs = got
+    assert theirs[0][0] == {"consumer_seq": 0, "stream_seq": 2}
+    assert ours == theirs
