@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -35,6 +36,9 @@ from .jetstream import API, JetStreamError, api, message_of_get, parse_time
 DIRECT_BATCH = 10_000  # messages a direct get asks for at most
 DIRECT_BYTES = 8 * 1024 * 1024  # and bytes (the server ends the batch at whichever first)
 GET_WINDOW = 64  # STREAM.MSG.GET requests in flight
+# What a direct get adds after the message's own headers, in the order both servers write it.
+_DIRECT_HEADERS = re.compile(rb"Nats-Stream: [^\r]*\r\nNats-Subject: ([^\r]*)\r\n"
+                             rb"Nats-Sequence: (\d+)\r\nNats-Time-Stamp: ([^\r]*)\r\n")
 _ADDED = frozenset((b"nats-stream", b"nats-subject", b"nats-sequence", b"nats-time-stamp",
                     b"nats-num-pending", b"nats-last-sequence"))  # a direct get's own
 
@@ -96,23 +100,13 @@ class _Batch:
             self.status = head[9:]
             self.done.set()
             return
-        seq = stamp = 0
-        subj = b""
-        extra: list[tuple[str, str]] | None = None
-        for line in hdr.split(b"\r\n")[1:]:
-            name, sep, value = line.partition(b": ")
-            if not sep:
-                continue
-            if name == b"Nats-Sequence":
-                seq = int(value)
-            elif name == b"Nats-Subject":
-                subj = value
-            elif name == b"Nats-Time-Stamp":
-                stamp = parse_time(value)
-            elif name.lower() not in _ADDED:
-                if extra is None:
-                    extra = []
-                extra.append((name.decode(errors="replace"), value.decode(errors="replace")))
+        found = _DIRECT_HEADERS.search(hdr)
+        if found is None:  # (not the headers both servers write: read them one by one)
+            return self._by_lines(hdr, payload)
+        subj, seq_text, stamp_text = found.groups()
+        seq, stamp = int(seq_text), parse_time(stamp_text)
+        own = found.start()  # the message's own headers come first
+        extra = header_pairs(hdr[:own]) or None if own > 10 else None
         self.last = seq
         if seq > self.end or stamp < self.min_time:
             return
@@ -120,6 +114,22 @@ class _Batch:
         if len(self.filters) > 1 and not _wanted(self.filters, subject_text):
             return
         self.cols.add(seq, subject_text, payload, stamp, extra)
+
+    def _by_lines(self, hdr: bytes, payload: bytes) -> None:
+        fields: dict[bytes, bytes] = {}
+        for line in hdr.split(b"\r\n")[1:]:
+            name, sep, value = line.partition(b":")
+            if sep:
+                fields.setdefault(name.strip().lower(), value.strip())
+        seq = int(fields.get(b"nats-sequence") or 0)
+        self.last = seq
+        stamp = parse_time(fields[b"nats-time-stamp"]) if b"nats-time-stamp" in fields else 0
+        if seq > self.end or stamp < self.min_time:
+            return
+        subject_text = fields.get(b"nats-subject", b"").decode(errors="replace")
+        if len(self.filters) > 1 and not _wanted(self.filters, subject_text):
+            return
+        self.cols.add(seq, subject_text, payload, stamp, header_pairs(hdr, _ADDED) or None)
 
 
 async def read_direct(nc: Client, stream: str, start: int, end: int, filters: tuple[str, ...],
