@@ -46,9 +46,10 @@ _SIZE_AS_SENT = (
     "field would cost work on the PUB fast path"
 )
 _NO_GATEWAYS = (
-    "the reference reserves subjects and replies under _GR_. (gateway reply mapping) and "
-    "$NRG. (JetStream clustering) and answers 'Permissions Violation'; tidings has neither "
-    "gateways nor JetStream, so those prefixes are ordinary subjects"
+    "the reference reserves subjects under _GR_. (gateway reply mapping) and $NRG. "
+    "(JetStream clustering) and answers 'Permissions Violation'; tidings has neither gateways "
+    "nor clustered JetStream, so those prefixes are ordinary subjects (a reply under _GR_. is "
+    "refused as on the reference)"
 )
 ALLOWED: dict[str, str] = {
     "pub_size_leading_zeros": _SIZE_AS_SENT,
@@ -56,7 +57,6 @@ ALLOWED: dict[str, str] = {
     "hpub_size_leading_zeros": _SIZE_AS_SENT,
     "pub_reserved_gateway_subject": _NO_GATEWAYS,
     "pub_reserved_raft_subject": _NO_GATEWAYS,
-    "pub_reserved_gateway_reply": _NO_GATEWAYS,
 }
 
 
