@@ -16,6 +16,7 @@ import nats
 import pytest
 
 from tests.harness import Server, start_reference, start_tidings
+from tidings.spark.jetstream import parse_time
 
 KINDS = ["tidings", "reference"]
 
@@ -242,3 +243,36 @@ def test_a_stream_deleted_under_a_running_query_fails_it_clearly(
             query.awaitTermination(60)
     finally:
         query.stop()
+
+
+def test_a_migrated_channel_reads_as_the_channel_did(spark: Any, tmp_path: Any) -> None:
+    """A channel read by Spark, moved to JetStream by `tidings streaming migrate`, and the
+    stream read by Spark: the same sequences, subjects and payloads; the stream's messages
+    carry the channel's times (Nats-Streaming-Timestamp)."""
+    import subprocess
+    import sys
+
+    from .conftest import publish, wait_streaming
+
+    server = start_tidings(http_port=-1, extra_args=["-js", "-sd", str(tmp_path / "js")])
+    try:
+        wait_streaming(server.url)
+        channel = f"mig{uuid.uuid4().hex[:6]}"
+        publish(server.url, channel, [b"event %d" % i for i in range(1, 121)])
+        before = sorted((r.sequence, r.subject, bytes(r.data), r.timestamp) for r in load(
+            spark, server, channels=channel, fetch="false").collect())
+        done = subprocess.run(
+            [sys.executable, "-m", "tidings", "streaming", "migrate", "--url", server.url,
+             "--monitor", f"http://127.0.0.1:{server.ports['http']}", "--to", server.url,
+             "--channel", channel], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        after = sorted((r.sequence, r.subject, bytes(r.data), r.headers) for r in load(
+            spark, server, streams=channel).collect())
+        assert [row[:3] for row in after] == [row[:3] for row in before]
+        for (_, _, _, stamp), (_, _, _, headers) in zip(before, after, strict=True):
+            original = parse_time(headers["Nats-Streaming-Timestamp"][0].encode())
+            micros = stamp.replace(tzinfo=dt.timezone.utc) - dt.datetime(
+                1970, 1, 1, tzinfo=dt.timezone.utc)
+            assert original // 1000 == micros // dt.timedelta(microseconds=1)
+    finally:
+        server.stop()
