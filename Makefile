@@ -56,6 +56,7 @@ bench-hardening: $(STAMP)
 
 bench-spark: $(STAMP)
 	$(PY) benchmarks/spark_read.py
+	$(PY) benchmarks/spark_jetstream.py
 	$(PY) benchmarks/spark_write.py
 
 pipeline-demo: $(STAMP)

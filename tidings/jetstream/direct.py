@@ -147,18 +147,28 @@ def _multi_last(stream: Any, req: dict[str, Any], filters: list[str], start: int
     return out
 
 
+_PLAIN = ("NATS/1.0\r\nNats-Stream: %s\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\n"
+          "Nats-Time-Stamp: %s\r\n\r\n")
+_PLAIN_PENDING = ("NATS/1.0\r\nNats-Stream: %s\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\n"
+                  "Nats-Time-Stamp: %s\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n"
+                  "\r\n")
+
+
 def _headers(stream: str, msg: StoredMsg, pending: int | None = None, last_seq: int = 0,
              no_headers: Any = False) -> bytes:
     if no_headers:
         return b""
-    block = msg.headers or b"NATS/1.0\r\n\r\n"
+    if not msg.headers:  # (most messages: one formatting, no header block to edit)
+        if pending is None:
+            return (_PLAIN % (stream, msg.subject, msg.seq,
+                              go_time(msg.ts, utc=True))).encode()
+        return (_PLAIN_PENDING % (stream, msg.subject, msg.seq, go_time(msg.ts, utc=True),
+                                  pending, last_seq)).encode()
+    block = msg.headers
     fields = [("Nats-Stream", stream), ("Nats-Subject", msg.subject),
               ("Nats-Sequence", str(msg.seq)), ("Nats-Time-Stamp", go_time(msg.ts, utc=True))]
     if pending is not None:
         fields += [("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(last_seq))]
-    if not msg.headers:
-        lines = "".join(f"{k}: {v}\r\n" for k, v in fields)
-        return f"NATS/1.0\r\n{lines}\r\n".encode()
     for name, value in fields:
         block = replace_header(block, name, value)
     return block

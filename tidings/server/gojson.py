@@ -7,14 +7,22 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
+_UTC_SECONDS: dict[int, str] = {}  # Unix seconds -> "YYYY-MM-DDTHH:MM:SS" (UTC)
+
 
 def go_time(ns: int, utc: bool = False) -> str:
     """A time as Go's encoding/json writes a time.Time: RFC 3339 with nanoseconds, trailing
     zeros dropped, and Z for a zero UTC offset (local time unless `utc`)."""
     secs, frac = divmod(ns, 1_000_000_000)
-    moment = datetime.fromtimestamp(secs, timezone.utc)
-    if not utc:
-        moment = moment.astimezone()
+    if utc:  # (the common case, on every direct get and stored message: its second cached)
+        text = _UTC_SECONDS.get(secs)
+        if text is None:
+            text = datetime.fromtimestamp(secs, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+            if len(_UTC_SECONDS) >= 4096:
+                _UTC_SECONDS.clear()
+            _UTC_SECONDS[secs] = text
+        return f"{text}.{frac:09d}".rstrip("0") + "Z" if frac else text + "Z"
+    moment = datetime.fromtimestamp(secs, timezone.utc).astimezone()
     text = moment.strftime("%Y-%m-%dT%H:%M:%S")
     if frac:
         text += f".{frac:09d}".rstrip("0")
