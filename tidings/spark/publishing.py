@@ -126,7 +126,8 @@ class AckedPublisher(Generic[R]):
     Every row stays in `unacked` (under its number in the task, in publish order) from just
     before its publish until its answer. At most `maxPubAcksInFlight` rows are unanswered:
     the next one waits for answers, and `pubAckWait` seconds without any fail the write. A
-    refusal fails the write with the server's text. When the connection is lost, a new one is
+    refusal fails the write with the server's text (no row is published once it is known;
+    rows published before it was may be stored). When the connection is lost, a new one is
     opened (for `reconnectTimeout`) and the unanswered rows are published again, in their
     order, before the next row: at least once, as a retried task would be (and once where the
     server drops what it already has, as JetStream does by `Nats-Msg-Id`).
@@ -219,7 +220,7 @@ class AckedPublisher(Generic[R]):
         unacked, window, send = self.unacked, self.window, self._send
         self._check()
         for row in rows:
-            if len(unacked) >= window or not self.ready:
+            if len(unacked) >= window or not self.ready or self.refused:
                 await self._wait(self._has_room)
             key = self._next
             self._next = key + 1
@@ -233,7 +234,9 @@ class AckedPublisher(Generic[R]):
 
     async def finish(self) -> None:
         """Until every row is answered; raises on a refusal (or on no answer in time)."""
-        await self._wait(lambda: not self.unacked)
+        if self.unacked:
+            await self._wait(lambda: not self.unacked)
+        self._check()
 
     async def close(self) -> None:
         await self._close()

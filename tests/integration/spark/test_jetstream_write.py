@@ -21,6 +21,7 @@ import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from tests.harness import Server, start_reference, start_tidings
+from tidings.spark.connection import ConnectorError
 from tidings.spark.options import ConnectionOptions, OptionError, WriteOptions
 from tidings.spark.writer import _check_schema, write_batches
 
@@ -223,6 +224,25 @@ def test_a_write_rides_out_a_server_crash(kind: str, tmp_path: Path) -> None:
         assert len(data) == 4000  # the rows published again were dropped as duplicates
     finally:
         server.stop()
+
+
+def test_a_full_stream_and_an_oversized_message_fail_the_write(js_server: Server) -> None:
+    stream = name()
+    create(js_server.url, stream, max_msgs=2, discard="new")
+    copts = ConnectionOptions.parse({"url": js_server.url})
+    wopts = WriteOptions.parse({"target": "jetstream"})
+
+    def rows(*payloads: bytes) -> Iterator[pa.RecordBatch]:
+        yield pa.RecordBatch.from_pydict({"subject": [f"{stream}.x"] * len(payloads),
+                                          "data": list(payloads)})
+
+    with pytest.raises(ConnectorError, match=f"publish to '{stream}.x' \\(stream '{stream}'\\): "
+                                             "maximum messages exceeded"):
+        write_batches(copts, wopts, rows(b"1", b"2", b"3"))
+    assert [d for _, _, d, _ in stored(js_server.url, stream)] == [b"1", b"2"]
+    with pytest.raises(ConnectorError, match=f"publish to '{stream}.x': 1048577 bytes exceed "
+                                             "the server's max_payload \\(1048576\\)"):
+        write_batches(copts, wopts, rows(b"x" * (1024 * 1024 + 1)))
 
 
 def _schema(*fields: tuple[str, Any]) -> StructType:
