@@ -19,8 +19,9 @@ of the same name in `headers`.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -87,11 +88,11 @@ def refusal(subject: str, hdr: bytes | None, payload: bytes) -> str | None:
             f"err_code {error.get('err_code')})")
 
 
-class JetStreamPublisher(AckedPublisher[JsRow]):
+class JetStreamPublisher(AckedPublisher[int, JsRow]):
     """Rows published to JetStream, each answered on `<inbox>.<row number>`."""
 
     def __init__(self, copts: Any, wopts: WriteOptions) -> None:
-        super().__init__(copts, wopts)
+        super().__init__(copts, wopts, itertools.count())
         self.conn: NatsConnection | None = None
         self.nc: Client | None = None
         self.inbox = ""  # `<inbox>.`, this connection's
@@ -132,16 +133,17 @@ class JetStreamPublisher(AckedPublisher[JsRow]):
         await nc.subscribe(f"{inbox}.*", raw_cb=self._on_ack)
         self.nc, self.inbox = nc, f"{inbox}."
 
-    async def _send(self, key: int, row: JsRow) -> None:
+    def _send(self, key: int, row: JsRow) -> Awaitable[object]:
+        return self.nc.publish(row[0], row[1], f"{self.inbox}{key}",  # type: ignore[union-attr]
+                               row[2])
+
+    def _send_failed(self, exc: BaseException, row: JsRow) -> BaseException:
+        if not isinstance(exc, nats_errors.MaxPayloadError):
+            return exc
         subject, payload, headers = row
-        try:
-            await self.nc.publish(subject, payload, f"{self.inbox}{key}",  # type: ignore[union-attr]
-                                  headers)
-        except nats_errors.MaxPayloadError:
-            size = len(payload) + (len(headers.encode()) if headers else 0)
-            raise ConnectorError(
-                f"publish to {subject!r}: {size} bytes exceed the server's max_payload "
-                f"({self.nc.max_payload if self.nc else '?'})") from None
+        size = len(payload) + (len(headers.encode()) if headers else 0)
+        return ConnectorError(f"publish to {subject!r}: {size} bytes exceed the server's "
+                              f"max_payload ({self.nc.max_payload if self.nc else '?'})")
 
     def _is_lost(self, exc: BaseException) -> bool:
         return self.conn is not None and isinstance(self.conn.check(exc), ConnectionLost)

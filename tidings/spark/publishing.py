@@ -7,7 +7,7 @@ on which the streaming target (writer.py) and the JetStream target (jswrite.py) 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 import pyarrow as pa
@@ -20,6 +20,7 @@ from .connection import ConnectionLost, ConnectorError, Losses
 from .options import ConnectionOptions, OptionError, WriteOptions
 
 R = TypeVar("R")  # a row, as the protocol publishes it
+K = TypeVar("K", bound=Hashable)  # a row's key: what the protocol tells its answer by
 
 # What a publish raises when the connection is gone (and, for others, a real failure).
 SEND_ERRORS = (StanError, nats_errors.Error, OSError)
@@ -119,12 +120,12 @@ def _values(value: str | list[str | None]) -> str | list[str]:
     return value if isinstance(value, str) else [v for v in value if v is not None]
 
 
-class AckedPublisher(Generic[R]):
+class AckedPublisher(Generic[K, R]):
     """Publishes rows that the server answers one by one (stored, or refused), across lost
     connections.
 
-    Every row stays in `unacked` (under its number in the task, in publish order) from just
-    before its publish until its answer. At most `maxPubAcksInFlight` rows are unanswered:
+    Every row stays in `unacked` (under a key from `keys`, unique in the task, in publish
+    order) from just before its publish until its answer. At most `maxPubAcksInFlight` rows are unanswered:
     the next one waits for answers, and `pubAckWait` seconds without any fail the write. A
     refusal fails the write with the server's text (no row is published once it is known;
     rows published before it was may be stored). When the connection is lost, a new one is
@@ -132,22 +133,24 @@ class AckedPublisher(Generic[R]):
     order, before the next row: at least once, as a retried task would be (and once where the
     server drops what it already has, as JetStream does by `Nats-Msg-Id`).
 
-    A protocol implements `rows` (a record batch as its rows), `_connect` (a new connection,
+    A protocol implements `keys` (its rows' keys, e.g. `itertools.count()`), `rows` (a record
+    batch as its rows), `_connect` (a new connection,
     whose loss calls `lost`), `_send` (publish one row; its answer comes to `answered` or
     `unanswered`), `_is_lost`, `_alive` and `_close`.
     """
 
-    def __init__(self, copts: ConnectionOptions, wopts: WriteOptions) -> None:
+    def __init__(self, copts: ConnectionOptions, wopts: WriteOptions, keys: Iterator[K]
+                 ) -> None:
         self.copts, self.wopts = copts, wopts
+        self.keys = keys
         self.window = wopts.max_pub_acks_in_flight
-        self.unacked: dict[int, R] = {}
+        self.unacked: dict[K, R] = {}
         self.refused: list[str] = []  # the server's texts
         self.timed_out = False  # a publish got no answer in time (the protocol said so)
         self.answers = 0
         self.ready = False  # connected, and every unanswered row published on it
         self.losses = Losses()
         self._connections = 0
-        self._next = 0
         self._waiter: asyncio.Future[None] | None = None
 
     # -- the protocol's part ---------------------------------------------------------------
@@ -160,13 +163,18 @@ class AckedPublisher(Generic[R]):
         """A new connection; its loss must call `lost`."""
         raise NotImplementedError
 
-    async def _send(self, key: int, row: R) -> None:
-        """Publish `row`; its answer must come to `answered(key, ...)` or `unanswered`."""
+    def _send(self, key: K, row: R) -> Awaitable[object]:
+        """Publish `row` (awaited: the publish itself, no coroutine of its own on the hot
+        path); its answer must come to `answered(key, ...)` or `unanswered`."""
         raise NotImplementedError
 
     def _is_lost(self, exc: BaseException) -> bool:
         """Whether `exc`, raised by `_send`, says the connection is gone."""
         raise NotImplementedError
+
+    def _send_failed(self, exc: BaseException, row: R) -> BaseException:
+        """What to raise for `exc`, raised by `_send` while connected (by default itself)."""
+        return exc
 
     def _alive(self) -> bool:
         raise NotImplementedError
@@ -176,16 +184,18 @@ class AckedPublisher(Generic[R]):
 
     # -- what the protocol tells ------------------------------------------------------------
 
-    def answered(self, key: int, refusal: str | None = None) -> None:
+    def answered(self, key: K, refusal: str | None = None) -> None:
         """The server's answer to row `key`: stored (None), or refused with this text."""
         if self.unacked.pop(key, None) is None:
             return  # answered already
         self.answers += 1
         if refusal is not None:
             self.refused.append(refusal)
-        self._wake()
+        waiter = self._waiter  # (_wake, inline: once per row)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
-    def unanswered(self, key: int) -> None:
+    def unanswered(self, key: K) -> None:
         """Row `key` got no answer within `pubAckWait` (where the protocol times out)."""
         if self.unacked.pop(key, None) is not None:
             self.timed_out = True
@@ -217,19 +227,18 @@ class AckedPublisher(Generic[R]):
 
     async def publish(self, rows: Iterable[R]) -> None:
         """Publish `rows` in order; returns once each is sent (not yet answered)."""
-        unacked, window, send = self.unacked, self.window, self._send
+        unacked, window, send, keys = self.unacked, self.window, self._send, self.keys
         self._check()
         for row in rows:
             if len(unacked) >= window or not self.ready or self.refused:
                 await self._wait(self._has_room)
-            key = self._next
-            self._next = key + 1
+            key = next(keys)
             unacked[key] = row
             try:
                 await send(key, row)
             except SEND_ERRORS as exc:
                 if not self._is_lost(exc):
-                    raise
+                    raise self._send_failed(exc, row) from exc
                 self.ready = False  # `row` goes again on the next connection
 
     async def finish(self) -> None:
@@ -284,7 +293,7 @@ class AckedPublisher(Generic[R]):
             try:
                 await self._connect()
                 for key, row in list(self.unacked.items()):
-                    await self._send(key, row)
+                    await self._send(key, row)  # (each was sent once: no refusal of its own)
             except SEND_ERRORS as exc:
                 if not self._is_lost(exc):
                     raise

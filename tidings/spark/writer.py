@@ -22,7 +22,8 @@ targets). Each Spark task opens its own connection and publishes its rows:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator
+import itertools
+from collections.abc import Awaitable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,15 +82,14 @@ def _rows(batch: pa.RecordBatch, wopts: WriteOptions) -> Iterator[tuple[str, byt
                strict=True)
 
 
-class _StreamingPublisher(AckedPublisher[tuple[str, bytes]]):
+class _StreamingPublisher(AckedPublisher[str, tuple[str, bytes]]):
     """NATS Streaming: a PubMsg per row under a guid the task chooses (`<nuid><row number>`,
     so the row is tracked before its PubAck can come), PubAcks matched by guid."""
 
     def __init__(self, copts: ConnectionOptions, wopts: WriteOptions) -> None:
-        super().__init__(copts, wopts)
+        super().__init__(copts, wopts, map(f"{unique_id()}{{}}".format, itertools.count()))
         self.conn: StanConnection | None = None
         self.sc: StreamingClient | None = None
-        self.prefix = unique_id()
         self.checked: set[str] = set()
 
     def rows(self, batch: pa.RecordBatch) -> Iterable[tuple[str, bytes]]:
@@ -99,15 +99,14 @@ class _StreamingPublisher(AckedPublisher[tuple[str, bytes]]):
         return zip(subjects, payloads, strict=True)
 
     def _on_ack(self, guid: str, err: StanError | None) -> None:
-        key = int(guid[len(self.prefix):])
         if err is None:
-            self.answered(key)
+            self.answered(guid)
         elif isinstance(err, ConnectionLost):
             self.lost(err)  # published again on the next connection
         elif str(err) == ERR_PUB_ACK_TIMEOUT:
-            self.unanswered(key)
+            self.unanswered(guid)
         else:
-            self.answered(key, str(err))
+            self.answered(guid, str(err))
 
     async def _connect(self) -> None:
         self.sc = None
@@ -116,9 +115,9 @@ class _StreamingPublisher(AckedPublisher[tuple[str, bytes]]):
         self.sc = await conn.connect(ack_timeout=self.wopts.pub_ack_wait,
                                      max_pub_acks_inflight=self.window)
 
-    async def _send(self, key: int, row: tuple[str, bytes]) -> None:
-        await self.sc.publish_async(row[0], row[1], self._on_ack,  # type: ignore[union-attr]
-                                    f"{self.prefix}{key}")
+    def _send(self, key: str, row: tuple[str, bytes]) -> Awaitable[object]:
+        return self.sc.publish_async(row[0], row[1], self._on_ack,  # type: ignore[union-attr]
+                                     key)
 
     def _is_lost(self, exc: BaseException) -> bool:
         return self.conn is not None and isinstance(self.conn.check(exc), ConnectionLost)
