@@ -91,6 +91,9 @@ def refusal(subject: str, hdr: bytes | None, payload: bytes) -> str | None:
 class JetStreamPublisher(AckedPublisher[int, JsRow]):
     """Rows published to JetStream, each answered on `<inbox>.<row number>`."""
 
+    NO_ANSWER_HINT = (": is there a stream for the subjects? (a subject that only core "
+                      "subscribers listen on gets no PubAck)")
+
     def __init__(self, copts: Any, wopts: WriteOptions) -> None:
         super().__init__(copts, wopts, itertools.count())
         self.conn: NatsConnection | None = None

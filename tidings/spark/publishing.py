@@ -139,6 +139,8 @@ class AckedPublisher(Generic[K, R]):
     `unanswered`), `_is_lost`, `_alive` and `_close`.
     """
 
+    NO_ANSWER_HINT = ""  # what the protocol adds when PubAcks do not come
+
     def __init__(self, copts: ConnectionOptions, wopts: WriteOptions, keys: Iterator[K]
                  ) -> None:
         self.copts, self.wopts = copts, wopts
@@ -280,7 +282,8 @@ class AckedPublisher(Generic[K, R]):
             raise ConnectorError(f"{len(self.refused)} messages refused: {self.refused[0]}")
         if self.timed_out:
             raise ConnectorError(f"no PubAck from {', '.join(self.copts.servers)} within "
-                                 f"{self.wopts.pub_ack_wait:g} s (pubAckWait)")
+                                 f"{self.wopts.pub_ack_wait:g} s (pubAckWait)"
+                                 f"{self.NO_ANSWER_HINT}")
 
     async def _open(self) -> None:
         """A new connection, on which every unanswered row has been published (again)."""

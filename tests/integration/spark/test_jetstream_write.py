@@ -245,6 +245,27 @@ def test_a_full_stream_and_an_oversized_message_fail_the_write(js_server: Server
         write_batches(copts, wopts, rows(b"x" * (1024 * 1024 + 1)))
 
 
+def test_a_subject_only_core_subscribers_listen_on_fails_after_pub_ack_wait(
+        js_server: Server) -> None:
+    subject = f"core{uuid.uuid4().hex[:6]}.x"
+
+    async def run() -> None:
+        nc = await nats.connect(js_server.url)
+        try:
+            await nc.subscribe(subject)  # interest, but nobody answers
+            await nc.flush()
+            copts = ConnectionOptions.parse({"url": js_server.url})
+            wopts = WriteOptions.parse({"target": "jetstream", "pubAckWait": "0.5"})
+            batch = pa.RecordBatch.from_pydict({"subject": [subject], "data": [b"x"]})
+            with pytest.raises(ConnectorError, match=r"no PubAck from .* within 0.5 s "
+                               r"\(pubAckWait\): is there a stream for the subjects\?"):
+                await asyncio.to_thread(write_batches, copts, wopts, iter([batch]))
+        finally:
+            await nc.close()
+
+    asyncio.run(run())
+
+
 def _schema(*fields: tuple[str, Any]) -> StructType:
     return StructType([StructField(n, t) for n, t in fields])
 
