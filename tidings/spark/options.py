@@ -96,6 +96,10 @@ OPTIONS: dict[str, frozenset[Use]] = {
     "requestTimeout": ANY,
     "reconnectTimeout": ANY,
     "monitorUrl": ANY,
+    # writing to JetStream (target=jetstream): columns that become headers
+    "msgIdColumn": WRITES,
+    "expectedLastSequenceColumn": WRITES,
+    "expectedLastSubjectSequenceColumn": WRITES,
 }
 
 # Keys Spark itself adds to a Python data source's options (recorded from Spark 4.3):
@@ -492,12 +496,26 @@ def parse_offsets_json(text: str, name: str) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class WriteOptions:
-    """Where rows go: streaming channels (PubAck'ed) or core NATS subjects."""
+    """Where rows go: streaming channels or JetStream streams (acknowledged), or core NATS
+    subjects; for JetStream, the columns that become a message's `Nats-Msg-Id` and
+    `Nats-Expected-*` headers."""
 
-    target: str = "streaming"  # streaming | core
+    target: str = "streaming"  # streaming | jetstream | core
     subject: str | None = None  # used when the rows have no subject column
     pub_ack_wait: float = 30.0
     max_pub_acks_in_flight: int = 16_384
+    msg_id_column: str | None = None  # jetstream: Nats-Msg-Id
+    expected_last_sequence_column: str | None = None  # Nats-Expected-Last-Sequence
+    expected_last_subject_sequence_column: str | None = None  # ...-Last-Subject-Sequence
+
+    @property
+    def header_columns(self) -> dict[str, str]:
+        """Header name -> the column its value comes from (jetstream)."""
+        pairs = (("Nats-Msg-Id", self.msg_id_column),
+                 ("Nats-Expected-Last-Sequence", self.expected_last_sequence_column),
+                 ("Nats-Expected-Last-Subject-Sequence",
+                  self.expected_last_subject_sequence_column))
+        return {header: column for header, column in pairs if column}
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], stream: bool = False) -> WriteOptions:
@@ -505,11 +523,25 @@ class WriteOptions:
         check_names(options, Use.STREAM_WRITE if stream else Use.BATCH_WRITE)
         opts = _lower(options)
         target = (_get(opts, "target", "streaming") or "streaming").lower()
-        if target not in ("streaming", "core"):
-            raise OptionError(f"option target: 'streaming' or 'core', got {target!r}")
+        if target not in TARGETS:
+            raise OptionError(f"option target: 'streaming', 'jetstream' or 'core', got "
+                              f"{target!r}")
+        columns = {name: _get(opts, name) or None for name in _JETSTREAM_COLUMNS}
+        given = [name for name, column in columns.items() if column]
+        if given and target != "jetstream":
+            raise OptionError(f"option {given[0]} sets a JetStream header: it needs "
+                              "target=jetstream")
         return cls(
             target=target,
             subject=_get(opts, "subject") or None,
             pub_ack_wait=_float(opts, "pubAckWait", 30.0),
             max_pub_acks_in_flight=_int(opts, "maxPubAcksInFlight", 16_384, 1) or 16_384,
+            msg_id_column=columns["msgIdColumn"],
+            expected_last_sequence_column=columns["expectedLastSequenceColumn"],
+            expected_last_subject_sequence_column=columns["expectedLastSubjectSequenceColumn"],
         )
+
+
+TARGETS = ("streaming", "jetstream", "core")
+_JETSTREAM_COLUMNS = ("msgIdColumn", "expectedLastSequenceColumn",
+                      "expectedLastSubjectSequenceColumn")
