@@ -37,7 +37,7 @@ from pyspark.sql.types import ArrayType, BinaryType, MapType, StringType, Struct
 
 from ..client import errors as nats_errors
 from ..streaming.client import ERR_PUB_ACK_TIMEOUT, StreamingClient
-from .connection import ConnectionLost, Losses, unique_id
+from .connection import ConnectionLost, Losses, NatsConnection, unique_id
 from .jswrite import JetStreamPublisher, check_header_columns
 from .options import ConnectionOptions, OptionError, WriteOptions, check_channel
 from .publishing import AckedPublisher, columns, header_rows
@@ -134,29 +134,37 @@ async def _publish_core(copts: ConnectionOptions, wopts: WriteOptions,
                         batches: Iterator[pa.RecordBatch]) -> int:
     """Core publishes, flushed (PING/PONG) after each record batch. When the connection is
     lost midway, a new one (`reconnectTimeout`) publishes the batch again from its start."""
-    conn = StanConnection(copts, "w")
     losses = Losses()
+    dropped: list[ConnectionLost] = []  # disconnects seen while a batch was under way
+
+    async def connect() -> NatsConnection:
+        conn = NatsConnection(copts, "w")
+        conn.on_lost.append(dropped.append)
+        return await conn.connect_nats()
+
+    conn = await connect()
     count = 0
     try:
-        await conn.connect_nats()
         for batch in batches:
             rows = list(_rows(batch, wopts))
             while True:
                 nc = conn.nc
                 assert nc is not None
+                dropped.clear()
                 try:
                     for subj, payload, hdrs in rows:
                         await nc.publish(subj, payload, headers=hdrs)
                     await nc.flush(timeout=wopts.pub_ack_wait)
+                    if dropped:  # (the client reconnected by itself: what it wrote to the
+                        raise dropped[0]  # dead connection is gone, the flush says nothing)
                     break
-                except (nats_errors.Error, OSError) as exc:
+                except (nats_errors.Error, OSError, ConnectionLost) as exc:
                     lost = conn.check(exc)
                     if not isinstance(lost, ConnectionLost):
                         raise
                     losses.lost(count, lost)
                 await conn.close()
-                conn = StanConnection(copts, "w")
-                await conn.connect_nats()
+                conn = await connect()
             count += len(rows)
     finally:
         await conn.close()
