@@ -359,6 +359,7 @@ class Stream:
         except (OSError, ValueError, KeyError, TypeError):
             return None
         stream.restore_ttls()
+        stream.restore_msg_ids()
         return stream
 
     def close(self) -> None:
@@ -622,6 +623,28 @@ class Stream:
                 except errors.ApiError:
                     pass  # (a stream that refuses it: the message just goes)
         self.store.remove(seq)
+
+    def restore_msg_ids(self) -> None:
+        """The duplicate window of a recovered stream, read again from the `Nats-Msg-Id` of
+        the messages stored within it (newest first, back to the window's start), as the
+        reference rebuilds it: a publish retried across a restart is still a duplicate."""
+        window = self.config.get("duplicate_window") or 0
+        if not window:
+            return
+        store, cutoff = self.store, time.time_ns() - window
+        found: list[tuple[str, int, int]] = []
+        for seq in range(store.last_seq, store.first_seq - 1, -1):
+            msg = store.get(seq)
+            if msg is None:
+                continue
+            if msg.ts < cutoff:
+                break
+            if msg.headers and b"Nats-Msg-Id" in msg.headers:
+                msg_id = header_fields(msg.headers).get("nats-msg-id")
+                if msg_id:
+                    found.append((msg_id, seq, msg.ts))
+        for msg_id, seq, ts in reversed(found):
+            self.msg_ids.setdefault(msg_id, (seq, ts))
 
     def restore_ttls(self) -> None:
         """The TTLs of a recovered stream's messages, read again from their headers."""

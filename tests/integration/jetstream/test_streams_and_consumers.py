@@ -5,6 +5,7 @@ acks, push with a subscription)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -201,6 +202,36 @@ async def test_a_file_stream_survives_a_restart(kind: str, tmp_path: Path) -> No
         js = nc.jetstream()
         state = (await js.stream_info("KEPT")).state
         assert (state.messages, state.first_seq, state.last_seq) == (0, 7, 6)
+        await nc.close()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_the_duplicate_window_outlives_a_restart(kind: str, tmp_path: Path) -> None:
+    """A publish retried with its Nats-Msg-Id after the server restarted is still a
+    duplicate (the window is read again from the stored messages), once it is past the
+    window, not."""
+    start = start_tidings if kind == "tidings" else start_reference
+    server = start(extra_args=["-js", "-sd", str(tmp_path)])
+    try:
+        nc = await nats.connect(server.url)
+        js = nc.jetstream()
+        await js.add_stream(name="DUP", subjects=["dup.>"], storage=StorageType.FILE,
+                            duplicate_window=3.0)
+        old = await js.publish("dup.x", b"old", headers={"Nats-Msg-Id": "a"})
+        await asyncio.sleep(3.2)  # (out of the window by the time the server starts again)
+        for i in range(3):
+            await js.publish("dup.x", b"m%d" % i, headers={"Nats-Msg-Id": f"id-{i}"})
+        await nc.close()
+        server.stop()
+        server.start()
+        nc = await nats.connect(server.url)
+        js = nc.jetstream()
+        again = await js.publish("dup.x", b"m1", headers={"Nats-Msg-Id": "id-1"})
+        assert (again.seq, again.duplicate) == (3, True)
+        fresh = await js.publish("dup.x", b"old", headers={"Nats-Msg-Id": "a"})
+        assert fresh.seq == 5 and not fresh.duplicate and old.seq == 1
         await nc.close()
     finally:
         server.stop()
