@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.spark_read import free_port, session  # noqa: E402
+from benchmarks.spark_read import free_port, session, throughput  # noqa: E402
 from tidings.bench.jetstream import JsConn, publish  # noqa: E402
 from tidings.bench.wire import Endpoint  # noqa: E402
 
@@ -76,30 +75,6 @@ def fill(port: int, n: int, size: int) -> float:
         conn.close()
 
 
-def read(spark: Any, port: int, n: int, runs: int) -> dict[str, Any]:
-    df = (spark.read.format("nats").option("url", f"nats://127.0.0.1:{port}")
-          .option("streams", STREAM).load())
-    parts = df.rdd.getNumPartitions()
-    first, figures = 0.0, []
-    for i in range(runs + 1):
-        began = time.perf_counter()
-        row = df.selectExpr("count(*) as n", "sum(length(data)) as bytes",
-                            "max(sequence) as last").collect()[0]
-        took = time.perf_counter() - began
-        if row.n != n or row.last != n:
-            raise SystemExit(f"read {row.n} rows (last sequence {row.last}), expected {n}")
-        rate = n / took
-        print(f"    {'first read' if i == 0 else f'run {i}'}: {took:.2f} s, {rate:,.0f} rows/s",
-              flush=True)
-        if i:
-            figures.append(rate)
-        else:
-            first = rate
-    return {"partitions": parts, "first_read_rows_per_s": round(first),
-            "median_rows_per_s": round(statistics.median(figures)),
-            "runs_rows_per_s": [round(f) for f in figures]}
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
@@ -120,7 +95,8 @@ def main() -> int:
                 took = fill(port, args.messages, args.size)
                 print(f"  {kind}: {args.messages:,} messages of {args.size} B stored in "
                       f"{took:.1f} s ({args.messages / took:,.0f}/s)", flush=True)
-                results[kind] = read(spark, port, args.messages, args.runs)
+                results[kind] = throughput(spark, f"nats://127.0.0.1:{port}",
+                                           {"streams": STREAM}, args.messages, args.runs, {})
             finally:
                 proc.terminate()
                 proc.wait(30)

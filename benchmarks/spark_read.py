@@ -102,9 +102,11 @@ def session(master: str) -> Any:
     return spark
 
 
-def throughput(spark: Any, url: str, channel: str, n: int, runs: int,
+def throughput(spark: Any, url: str, source: dict[str, str], n: int, runs: int,
                options: dict[str, str]) -> dict[str, Any]:
-    df = (spark.read.format("nats").option("url", url).option("channels", channel)
+    """`runs` timed reads after a first of `source` (`{"channels": ...}` or
+    `{"streams": ...}`), which holds sequences 1..n."""
+    df = (spark.read.format("nats").option("url", url).options(**source)
           .options(**options).load())
     parts = df.rdd.getNumPartitions()
     figures = []
@@ -225,7 +227,8 @@ def main() -> int:
         results: dict[str, Any] = {
             "fill": {"messages": args.messages, "seconds": round(took, 2),
                      "msgs_per_s": round(args.messages / took)},
-            "read": throughput(spark, url, channel, args.messages, args.runs, options)}
+            "read": throughput(spark, url, {"channels": channel}, args.messages, args.runs,
+                               options)}
         print(f"end-to-end latency ({args.trigger} trigger):", flush=True)
         import tempfile
 

@@ -209,3 +209,17 @@ def replace_header(block: bytes, name: str, value: str) -> bytes:
 def status_headers(status: int, description: str = "") -> bytes:
     """A status-only header block, e.g. the 503 the server sends when there are no responders."""
     return Headers(status=status, description=description).encode()
+
+
+class EncodedHeaders(Headers):
+    """A header block already encoded (built a column or a message at a time, much cheaper
+    than a Headers per message): what a client sends is `encode()`'s."""
+
+    __slots__ = ("block",)
+
+    def __init__(self, block: bytes) -> None:
+        super().__init__()
+        self.block = block
+
+    def encode(self) -> bytes:
+        return self.block

@@ -31,7 +31,7 @@ from ..client import Client
 from ..client import errors as nats_errors
 from ..protocol.headers import Headers
 from ..protocol.subjects import is_valid_literal_subject
-from .connection import ConnectionLost, ConnectorError, NatsConnection
+from .connection import ConnectorError, NatsConnection
 from .options import OptionError, WriteOptions
 from .publishing import AckedPublisher, columns, header_rows
 
@@ -148,12 +148,3 @@ class JetStreamPublisher(AckedPublisher[int, JsRow]):
         return ConnectorError(f"publish to {subject!r}: {size} bytes exceed the server's "
                               f"max_payload ({self.nc.max_payload if self.nc else '?'})")
 
-    def _is_lost(self, exc: BaseException) -> bool:
-        return self.conn is not None and isinstance(self.conn.check(exc), ConnectionLost)
-
-    def _alive(self) -> bool:
-        return self.conn is not None and self.conn.alive()
-
-    async def _close(self) -> None:
-        if self.conn is not None:
-            await self.conn.close()

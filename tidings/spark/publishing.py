@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..client import errors as nats_errors
-from ..protocol.headers import Headers
+from ..protocol.headers import EncodedHeaders, Headers
 from ..streaming.client import StanError
 from .connection import ConnectionLost, ConnectorError, Losses
 from .options import ConnectionOptions, OptionError, WriteOptions
@@ -65,20 +65,6 @@ def _texts(batch: pa.RecordBatch, column: str, header: str, required: bool) -> p
     if required and pc.any(pc.equal(pc.utf8_length(col), 0)).as_py():
         raise OptionError(f"column {column!r} ({header}): a row has an empty value")
     return col
-
-
-class EncodedHeaders(Headers):
-    """Headers as their encoded block, built and checked a column at a time (for a record
-    batch's rows, much cheaper than a Headers per row): a publish sends `encode()`."""
-
-    __slots__ = ("block",)
-
-    def __init__(self, block: bytes) -> None:
-        super().__init__()
-        self.block = block
-
-    def encode(self) -> bytes:
-        return self.block
 
 
 _NO_HEADERS = b"NATS/1.0\r\n\r\n"
@@ -136,7 +122,8 @@ class AckedPublisher(Generic[K, R]):
     A protocol implements `keys` (its rows' keys, e.g. `itertools.count()`), `rows` (a record
     batch as its rows), `_connect` (a new connection,
     whose loss calls `lost`), `_send` (publish one row; its answer comes to `answered` or
-    `unanswered`), `_is_lost`, `_alive` and `_close`.
+    `unanswered`), and `self.conn` (a connection.NatsConnection: `_is_lost`, `_alive` and
+    `_close` are its).
     """
 
     NO_ANSWER_HINT = ""  # what the protocol adds when PubAcks do not come
@@ -154,6 +141,7 @@ class AckedPublisher(Generic[K, R]):
         self.losses = Losses()
         self._connections = 0
         self._waiter: asyncio.Future[None] | None = None
+        self.conn: Any = None  # the protocol's connection (connection.NatsConnection's kind)
 
     # -- the protocol's part ---------------------------------------------------------------
 
@@ -172,17 +160,18 @@ class AckedPublisher(Generic[K, R]):
 
     def _is_lost(self, exc: BaseException) -> bool:
         """Whether `exc`, raised by `_send`, says the connection is gone."""
-        raise NotImplementedError
+        return self.conn is not None and isinstance(self.conn.check(exc), ConnectionLost)
 
     def _send_failed(self, exc: BaseException, row: R) -> BaseException:
         """What to raise for `exc`, raised by `_send` while connected (by default itself)."""
         return exc
 
     def _alive(self) -> bool:
-        raise NotImplementedError
+        return self.conn is not None and self.conn.alive()
 
     async def _close(self) -> None:
-        raise NotImplementedError
+        if self.conn is not None:
+            await self.conn.close()
 
     # -- what the protocol tells ------------------------------------------------------------
 

@@ -119,15 +119,6 @@ class _StreamingPublisher(AckedPublisher[str, tuple[str, bytes]]):
         return self.sc.publish_async(row[0], row[1], self._on_ack,  # type: ignore[union-attr]
                                      key)
 
-    def _is_lost(self, exc: BaseException) -> bool:
-        return self.conn is not None and isinstance(self.conn.check(exc), ConnectionLost)
-
-    def _alive(self) -> bool:
-        return self.conn is not None and self.conn.alive()
-
-    async def _close(self) -> None:
-        if self.conn is not None:
-            await self.conn.close()
 
 
 async def _publish_core(copts: ConnectionOptions, wopts: WriteOptions,

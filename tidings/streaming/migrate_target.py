@@ -19,7 +19,7 @@ from typing import Any
 from ..client import Client
 from ..client import connect as nats_connect
 from ..client import errors as nerr
-from ..protocol.headers import HeaderError, Headers
+from ..protocol.headers import EncodedHeaders, HeaderError, Headers
 from .migrate_plan import MigrateError
 
 API = "$JS.API"
@@ -208,7 +208,7 @@ class Publisher:
         self.acks.sent(seq)
         try:
             await self.nc.publish(subject, data, reply=f"{self._prefix}{seq}",
-                                  headers=Encoded(headers))
+                                  headers=EncodedHeaders(headers))
         except nerr.Error as exc:
             raise MigrateError(f"publishing to the target: {exc}") from exc
 
@@ -237,19 +237,6 @@ class Publisher:
     def _raise(self) -> None:
         if self.acks.error is not None:
             raise MigrateError(self.acks.error)
-
-
-class Encoded(Headers):
-    """A header block already encoded: what the client sends is ``encode()``'s."""
-
-    __slots__ = ("block",)
-
-    def __init__(self, block: bytes) -> None:
-        super().__init__()
-        self.block = block
-
-    def encode(self) -> bytes:
-        return self.block
 
 
 def _status(hdr: bytes) -> int | None:

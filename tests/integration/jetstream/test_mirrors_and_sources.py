@@ -4,7 +4,6 @@ data, times), and the configurations the reference refuses refused in its words.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from pathlib import Path
@@ -12,44 +11,9 @@ from typing import Any
 
 import nats
 import pytest
-from nats.aio.client import Client
 
 from tests.harness import Server, start_tidings
-
-
-async def api(nc: Client, subject: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    msg = await nc.request(f"$JS.API.{subject}", json.dumps(body or {}).encode(), timeout=5)
-    return json.loads(msg.data)
-
-
-async def until(check: Any, seconds: float = 10.0) -> Any:
-    """Poll the server's state until `check()` gives something true (the copies are made
-    on the server's own time)."""
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not (result := await check()):
-        assert asyncio.get_running_loop().time() < deadline, "the copies never came"
-        await asyncio.sleep(0.05)
-    return result
-
-
-async def messages(nc: Client, stream: str) -> list[dict[str, Any]]:
-    """Every message of `stream` (subject, seq, headers, data, time) by STREAM.MSG.GET."""
-    state = (await api(nc, f"STREAM.INFO.{stream}"))["state"]
-    out = []
-    for seq in range(state["first_seq"], state["last_seq"] + 1):
-        got = await api(nc, f"STREAM.MSG.GET.{stream}", {"seq": seq})
-        if "message" in got:
-            msg = got["message"]
-            msg["hdrs"] = base64.b64decode(msg.get("hdrs", "")).decode()
-            out.append(msg)
-    return out
-
-
-async def in_step(nc: Client, stream: str, last_seq: int) -> dict[str, Any]:
-    async def caught_up() -> dict[str, Any] | None:
-        info = await api(nc, f"STREAM.INFO.{stream}")
-        return info if info["state"]["last_seq"] >= last_seq else None
-    return await until(caught_up)
+from tests.integration.jetstream.copies import api, in_step, messages
 
 
 async def mirror_run(server: Server, storage: str) -> dict[str, Any]:
