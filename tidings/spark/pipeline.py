@@ -55,10 +55,12 @@ DEFAULT_URL = "nats://127.0.0.1:4222"
 class PipelineConfig:
     url: str = DEFAULT_URL
     channels: tuple[str, ...] = ("events",)
+    streams: tuple[str, ...] = ()  # JetStream streams to read instead of the channels
     output: str = "pipeline-out/results"
     checkpoint: str = "pipeline-out/checkpoint"
     results_channel: str | None = "results"
-    results_target: str = "streaming"  # or "core": publish to a core NATS subject instead
+    # or "core" (a core NATS subject), "jetstream" (the stream that takes the subject)
+    results_target: str = "streaming"
     key_field: str = "key"
     value_field: str = "value"
     time_field: str = "ts"
@@ -78,9 +80,15 @@ class PipelineConfig:
                     what="tidings pipeline -o (its source is a streaming read, its sink a "
                          "batch write)")
         # Their values too, before Spark starts (the source would fail its query on them).
-        ReadOptions.parse({**self.nats_options(Use.STREAM_READ),
-                           "channels": ",".join(self.channels)}, stream=True)
+        ReadOptions.parse({**self.nats_options(Use.STREAM_READ), **self.source()},
+                          stream=True)
         ConnectionOptions.parse(self.nats_options(Use.BATCH_WRITE))
+
+    def source(self) -> dict[str, str]:
+        """What the pipeline reads: its streams (JetStream), else its channels."""
+        if self.streams:
+            return {"streams": ",".join(self.streams)}
+        return {"channels": ",".join(self.channels)}
 
     def nats_options(self, use: Use) -> dict[str, str]:
         """The nats options of the pipeline's reads (`Use.STREAM_READ`, the demo's
@@ -89,12 +97,25 @@ class PipelineConfig:
                 **{k: v for k, v in self.source_options.items() if applies(k, use)}}
 
 
+def check_streams(cfg: PipelineConfig) -> None:
+    """The server answers JetStream and has every stream the pipeline reads (else the
+    error naming what is missing)."""
+    from tidings.spark.jscatalog import StreamCatalog
+
+    catalog = StreamCatalog(ConnectionOptions.parse(cfg.nats_options(Use.STREAM_READ)))
+    try:
+        catalog.info(list(cfg.streams))
+    finally:
+        catalog.close()
+
+
 def events(spark: Any, cfg: PipelineConfig, pause_file: str | None = None) -> Any:
-    """The parsed events of the channels: (key, value, event_time, channel, sequence);
-    `pause_file`: the source's pauseFile option (see `stop_gracefully`)."""
+    """The parsed events of the channels (or streams): (key, value, event_time, channel,
+    sequence), `channel` the channel's or stream's name; `pause_file`: the source's
+    pauseFile option (see `stop_gracefully`)."""
     from pyspark.sql import functions as F
 
-    reader = spark.readStream.format("nats").option("channels", ",".join(cfg.channels))
+    reader = spark.readStream.format("nats").options(**cfg.source())
     for key, value in cfg.nats_options(Use.STREAM_READ).items():
         reader = reader.option(key, value)
     if pause_file:
@@ -105,7 +126,7 @@ def events(spark: Any, cfg: PipelineConfig, pause_file: str | None = None) -> An
     schema = (f"`{cfg.key_field}` string, `{cfg.value_field}` double, "
               f"`{cfg.time_field}` string")
     parsed = raw.select(
-        "channel", "sequence", "timestamp",
+        F.col("stream" if cfg.streams else "channel").alias("channel"), "sequence", "timestamp",
         F.from_json(F.col("data").cast("string"), schema).alias("e"))
     ts = F.col(f"e.`{cfg.time_field}`")
     event_time = F.coalesce(
@@ -504,6 +525,7 @@ def _config_from_args(args: argparse.Namespace) -> PipelineConfig:
     return PipelineConfig(
         url=args.url or DEFAULT_URL,
         channels=tuple(c.strip() for c in args.channels.split(",") if c.strip()),
+        streams=tuple(c.strip() for c in (args.streams or "").split(",") if c.strip()),
         output=output, checkpoint=checkpoint,
         results_channel=args.results_channel or None, results_target=args.results_target,
         key_field=args.key_field, value_field=args.value_field, time_field=args.time_field,
@@ -519,6 +541,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "and no --url a tidings server is started)")
     parser.add_argument("--cluster-id", default=None, help="streaming cluster id (test-cluster)")
     parser.add_argument("--channels", default="events", help="comma-separated event channels")
+    parser.add_argument("--streams", default=None,
+                        help="comma-separated JetStream streams to read instead of channels")
     parser.add_argument("--output", default=None,
                         help="Parquet directory of the final windows (default "
                              "pipeline-out/results; demo: a new pipeline-out/demo-* directory)")
@@ -527,7 +551,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "pipeline-out/checkpoint; demo: next to its output)")
     parser.add_argument("--results-channel", default="results",
                         help="where window updates are published ('' to turn off)")
-    parser.add_argument("--results-target", choices=("streaming", "core"), default="streaming")
+    parser.add_argument("--results-target", choices=("streaming", "core", "jetstream"),
+                        default="streaming",
+                        help="streaming: a channel; core: a subject; jetstream: the stream "
+                             "that takes the subject --results-channel names")
     parser.add_argument("--key-field", default="key")
     parser.add_argument("--value-field", default="value")
     parser.add_argument("--time-field", default="ts")
@@ -573,8 +600,11 @@ def run(args: argparse.Namespace) -> int:
     stop.install()  # from here on, Ctrl-C stops it between micro-batches
     from tidings.spark.stan import StanError, check_server
 
-    try:  # before Spark starts: a wrong --url is one line at once
-        check_server(cfg.nats_options(Use.STREAM_READ))
+    try:  # before Spark starts: a wrong --url (or a missing stream) is one line at once
+        if cfg.streams:
+            check_streams(cfg)
+        else:
+            check_server(cfg.nats_options(Use.STREAM_READ))
     except StanError as exc:
         print(f"tidings pipeline: error: {exc}", file=sys.stderr)
         return 1
@@ -593,8 +623,12 @@ def _run_queries(spark: Any, cfg: PipelineConfig, args: argparse.Namespace, stop
                  pause_file: str) -> int:
     started = time.monotonic()
     queries = [] if stop.is_set() else start(spark, cfg, pause_file)
-    print(f"pipeline: {', '.join(cfg.channels)} -> {cfg.output}"
-          + (f" and channel {cfg.results_channel}" if cfg.results_channel else "")
+    where = (f"stream(s) {', '.join(cfg.streams)}" if cfg.streams
+             else ", ".join(cfg.channels))
+    sink = {"core": "subject", "jetstream": "JetStream subject"}.get(cfg.results_target,
+                                                                     "channel")
+    print(f"pipeline: {where} -> {cfg.output}"
+          + (f" and {sink} {cfg.results_channel}" if cfg.results_channel else "")
           + f"; checkpoint {cfg.checkpoint}; {session_line(spark)}", flush=True)
     log = ProgressLog(queries, lambda s: print(s, flush=True))
     failed = None

@@ -335,3 +335,43 @@ def test_a_failed_query_ends_it_with_its_error_in_the_last_line(stan_server, cha
         "tidings pipeline: error: query tidings_pipeline_parquet failed: OptionError: option "
         "channelPattern needs option monitorUrl (the streaming server's monitoring address, "
         "e.g. http://127.0.0.1:8222)"), proc.stderr[-3000:]
+
+
+def test_pipeline_reads_a_jetstream_stream_and_writes_its_results_to_one(spark, tmp_path):
+    """--streams and --results-target jetstream: the windows of the events of a stream,
+    their updates stored in the stream that takes the results subject."""
+    import asyncio
+
+    import nats
+
+    from tests.harness import start_tidings
+
+    server = start_tidings(extra_args=["-js", "-sd", str(tmp_path / "js")])
+    try:
+        async def fill() -> None:
+            nc = await nats.connect(server.url)
+            js = nc.jetstream()
+            await js.add_stream(name="EVENTS", subjects=["events.>"])
+            await js.add_stream(name="RESULTS", subjects=["results"])
+            for data in (_event("k1", 1, 1), _event("k1", 2, 4), _event("k2", 10, 7),
+                         b"not json", _event("k1", 100, 35)):
+                await js.publish("events.in", data)
+            await nc.close()
+
+        asyncio.run(fill())
+        cfg = PipelineConfig(url=server.url, streams=("EVENTS",),
+                             output=str(tmp_path / "out"), checkpoint=str(tmp_path / "ckpt"),
+                             results_channel="results", results_target="jetstream",
+                             window="10 seconds", watermark="5 seconds",
+                             trigger="availableNow")
+        _run(spark, cfg)
+        w0 = _utc_naive(0)
+        assert _parquet(spark, cfg.output) == [
+            (w0, "k1", 2, 3.0, 1.0, 2.0), (w0, "k2", 1, 10.0, 10.0, 10.0)]
+        stored = (spark.read.format("nats").option("url", server.url)
+                  .option("streams", "RESULTS").load().collect())
+        published = {(json.loads(bytes(r.data))["key"], json.loads(bytes(r.data))["count"])
+                     for r in stored}
+        assert published == {("k1", 2), ("k2", 1), ("k1", 1)}
+    finally:
+        server.stop()
