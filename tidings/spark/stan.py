@@ -240,7 +240,9 @@ def wait_for_streaming(url: str, timeout: float = 20.0, **options: str) -> None:
     server that has just started); `options` are data source options such as clusterId,
     user, password. Raises TimeoutError after `timeout` seconds (at once for a refusal that
     waiting will not change, such as a wrong password)."""
-    copts = ConnectionOptions.parse({"url": url, "requestTimeout": "1",
+    # (requestTimeout also bounds the close request: a server still reading its store back
+    # answers it late, and a probe it never heard close from stays registered)
+    copts = ConnectionOptions.parse({"url": url, "requestTimeout": "5",
                                      "reconnectTimeout": str(timeout), **options})
 
     async def attempt() -> None:  # the connection's own retries do the waiting
