@@ -168,6 +168,21 @@ class Server:
         self.log.close()
 
 
+def jetstream_servers(store: Path) -> tuple[Server, Server]:
+    """The reference and tidings with JetStream (tidings without streaming), each on a
+    store of its own under `store` (made here)."""
+    for name in ("reference", "tidings"):
+        (store / name).mkdir()
+    return (Server(REFERENCE, [reference_binary(), "-a", "127.0.0.1", "-p", "{port}", "-js",
+                               "-sd", str(store / "reference")]),
+            Server(TIDINGS, [*TIDINGS_JS, "-js", "-sd", str(store / "tidings")]))
+
+
+# tidings as a JetStream server of the benchmarks ("{port}" replaced at start)
+TIDINGS_JS = [sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1", "-p", "{port}",
+              "--no_streaming"]
+
+
 @contextmanager
 def running(servers: list[Server]) -> Iterator[list[Server]]:
     try:

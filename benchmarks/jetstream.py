@@ -39,6 +39,7 @@ from rich.console import Console  # noqa: E402
 from benchmarks.compare import (  # noqa: E402
     REFERENCE,
     TIDINGS,
+    TIDINGS_JS,
     Check,
     Display,
     Run,
@@ -47,8 +48,8 @@ from benchmarks.compare import (  # noqa: E402
     describe,
     exit_code,
     guarded,
+    jetstream_servers,
     judge,
-    reference_binary,
     running,
     table,
     warn_if_noisy,
@@ -106,17 +107,12 @@ CHECKS = (
 
 def servers(store: Path) -> tuple[Server, Server, Server]:
     """The reference, tidings, and tidings with sync_interval: always; each its own store."""
-    for name in ("reference", "tidings", "always"):
-        (store / name).mkdir()
+    reference, tidings = jetstream_servers(store)
+    (store / "always").mkdir()
     conf = store / "always.conf"
     conf.write_text(f'jetstream {{\n  store_dir: "{store / "always"}"\n'
                     "  sync_interval: always\n}\n")
-    tidings = [sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1", "-p", "{port}",
-               "--no_streaming"]
-    return (Server(REFERENCE, [reference_binary(), "-a", "127.0.0.1", "-p", "{port}", "-js",
-                               "-sd", str(store / "reference")]),
-            Server(TIDINGS, [*tidings, "-js", "-sd", str(store / "tidings")]),
-            Server(ALWAYS, [*tidings, "-c", str(conf)]))
+    return reference, tidings, Server(ALWAYS, [*TIDINGS_JS, "-c", str(conf)])
 
 
 # -- measuring ---------------------------------------------------------------------------------

@@ -58,8 +58,6 @@ from nats.js.errors import BucketNotFoundError, NotFoundError  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from benchmarks.compare import (  # noqa: E402
-    REFERENCE,
-    TIDINGS,
     Check,
     Display,
     Run,
@@ -68,8 +66,8 @@ from benchmarks.compare import (  # noqa: E402
     exit_code,
     fmt,
     guarded,
+    jetstream_servers,
     judge,
-    reference_binary,
     running,
     table,
     value_of,
@@ -126,12 +124,7 @@ def checks(opts: Options) -> tuple[Check, ...]:
 
 def servers(store: Path) -> tuple[Server, Server]:
     """The reference and tidings with JetStream, each on a store of its own."""
-    for name in ("reference", "tidings"):
-        (store / name).mkdir()
-    return (Server(REFERENCE, [reference_binary(), "-a", "127.0.0.1", "-p", "{port}", "-js",
-                               "-sd", str(store / "reference")]),
-            Server(TIDINGS, [sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1", "-p",
-                             "{port}", "--no_streaming", "-js", "-sd", str(store / "tidings")]))
+    return jetstream_servers(store)
 
 
 # -- buckets (nats-py) -------------------------------------------------------------------------

