@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -529,6 +529,28 @@ def main(argv: list[str] | None = None) -> int:
             "tls_pub_sub": tls,
             "runs": [{"server": r.side, "spec": r.spec.title(settings),
                       "result": r.result.to_dict()} for r in runs],
+        })
+        console.print(f"wrote {args.json}")
+    return exit_code(verdicts, args.strict)
+
+
+def report(verdicts: list[Any], runs: list[Run], servers: Iterable[Server], footer: str,
+           settings: dict[str, object], args: argparse.Namespace, console: Console) -> int:
+    """A JetStream-family benchmark's end: the table, the footer line, the noise warning,
+    the JSON file (with `settings`) if asked for; the exit code."""
+    out = Console() if sys.stdout.isatty() else Console(width=140)
+    out.print(table(verdicts, 0))
+    out.print(f"[dim]{footer}[/dim]")
+    noise = max((v.other_cpu_max for v in verdicts if v.other_cpu_max is not None), default=0.0)
+    warn_if_noisy(out, noise)
+    if args.json:
+        write_json(args.json, {
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "settings": {**settings, "cpus": os.cpu_count()},
+            "servers": {s.name: {"argv": s.argv, "info": s.info} for s in servers},
+            "checks": [v.to_dict() for v in verdicts],
+            "runs": [{"server": r.side, "spec": r.spec.workload, "result": r.result.to_dict()}
+                     for r in runs],
         })
         console.print(f"wrote {args.json}")
     return exit_code(verdicts, args.strict)

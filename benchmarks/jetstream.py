@@ -46,16 +46,13 @@ from benchmarks.compare import (  # noqa: E402
     Server,
     announce,
     describe,
-    exit_code,
     guarded,
     jetstream_servers,
     judge,
+    report,
     running,
-    table,
-    warn_if_noisy,
 )
 from tidings.bench.jetstream import run_jetstream  # noqa: E402
-from tidings.bench.report import write_json  # noqa: E402
 from tidings.bench.results import ThroughputResult  # noqa: E402
 from tidings.bench.runner import Spec  # noqa: E402
 from tidings.bench.settings import JetStreamSettings, Settings  # noqa: E402
@@ -224,29 +221,14 @@ def main(argv: list[str] | None = None) -> int:
         if failed:
             return failed
     verdicts = judge(with_reference_rows(runs), checks)
-    out = Console() if sys.stdout.isatty() else Console(width=140)
-    out.print(table(verdicts, 0))
-    out.print(f"[dim]median of {args.repeat} run(s) per server, {args.duration:g} s each at most "
+    footer = (f"median of {args.repeat} run(s) per server, {args.duration:g} s each at most "
               f"({args.msgs:,} msgs to publish, {args.consume_msgs:,} to consume), {SIZE} B, "
               f"file storage; the sync-always rows: tidings with `jetstream {{ sync_interval: "
               f"always }}` against the reference's default; srv cpu = server CPU in % of one "
-              f"core; {os.cpu_count()} cpus; {time.monotonic() - started:.0f} s in all[/dim]")
-    noise = max((v.other_cpu_max for v in verdicts if v.other_cpu_max is not None), default=0.0)
-    warn_if_noisy(out, noise)
-    if args.json:
-        write_json(args.json, {
-            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "settings": {"repeat": args.repeat, "duration": args.duration, "msgs": args.msgs,
-                         "consume_msgs": args.consume_msgs, "size": SIZE,
-                         "cpus": os.cpu_count()},
-            "servers": {s.name: {"argv": s.argv, "info": s.info}
-                        for s in (reference, tidings, always)},
-            "checks": [v.to_dict() for v in verdicts],
-            "runs": [{"server": r.side, "spec": r.spec.workload, "result": r.result.to_dict()}
-                     for r in runs],
-        })
-        console.print(f"wrote {args.json}")
-    return exit_code(verdicts, args.strict)
+              f"core; {os.cpu_count()} cpus; {time.monotonic() - started:.0f} s in all")
+    return report(verdicts, runs, (reference, tidings, always), footer,
+                  {"repeat": args.repeat, "duration": args.duration, "msgs": args.msgs,
+                   "consume_msgs": args.consume_msgs, "size": SIZE}, args, console)
 
 
 if __name__ == "__main__":

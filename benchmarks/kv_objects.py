@@ -63,19 +63,16 @@ from benchmarks.compare import (  # noqa: E402
     Run,
     Server,
     announce,
-    exit_code,
     fmt,
     guarded,
     jetstream_servers,
     judge,
+    report,
     running,
-    table,
     value_of,
-    warn_if_noisy,
 )
 from tidings.bench.jetstream import SID_ACKS, Frame, JsConn, JsError, windowed  # noqa: E402
 from tidings.bench.procstat import CpuWindow  # noqa: E402
-from tidings.bench.report import write_json  # noqa: E402
 from tidings.bench.results import ThroughputResult  # noqa: E402
 from tidings.bench.runner import Spec  # noqa: E402
 from tidings.bench.settings import ProgressFn, no_progress  # noqa: E402
@@ -498,27 +495,14 @@ def main(argv: list[str] | None = None) -> int:
         if failed:
             return failed
     verdicts = judge(runs, wanted)
-    out = Console() if sys.stdout.isatty() else Console(width=140)
-    out.print(table(verdicts, 0))
-    out.print(f"[dim]median of {args.repeat} run(s) per server, {args.duration:g} s of KV "
-              f"puts, gets, watches or object reads per run, {SIZE} B values over {KEYS:,} keys, a "
-              f"{opts.object_mib} MiB object, file storage; srv cpu = server CPU in % of one "
-              f"core; {os.cpu_count()} cpus; {time.monotonic() - started:.0f} s in all[/dim]")
-    noise = max((v.other_cpu_max for v in verdicts if v.other_cpu_max is not None), default=0.0)
-    warn_if_noisy(out, noise)
-    if args.json:
-        write_json(args.json, {
-            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "settings": {"repeat": args.repeat, "duration": args.duration, "msgs": args.msgs,
-                         "size": SIZE, "keys": KEYS, "watch_keys": opts.watch_keys,
-                         "object_mib": opts.object_mib, "cpus": os.cpu_count()},
-            "servers": {s.name: {"argv": s.argv, "info": s.info} for s in pair},
-            "checks": [v.to_dict() for v in verdicts],
-            "runs": [{"server": r.side, "spec": r.spec.workload, "result": r.result.to_dict()}
-                     for r in runs],
-        })
-        console.print(f"wrote {args.json}")
-    return exit_code(verdicts, args.strict)
+    footer = (f"median of {args.repeat} run(s) per server, {args.duration:g} s of KV "
+              f"puts, gets, watches or object reads per run, {SIZE} B values over {KEYS:,} keys, "
+              f"a {opts.object_mib} MiB object, file storage; srv cpu = server CPU in % of one "
+              f"core; {os.cpu_count()} cpus; {time.monotonic() - started:.0f} s in all")
+    return report(verdicts, runs, pair, footer,
+                  {"repeat": args.repeat, "duration": args.duration, "msgs": args.msgs,
+                   "size": SIZE, "keys": KEYS, "watch_keys": opts.watch_keys,
+                   "object_mib": opts.object_mib}, args, console)
 
 
 if __name__ == "__main__":
