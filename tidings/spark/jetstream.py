@@ -14,11 +14,11 @@ from __future__ import annotations
 import base64
 import calendar
 import json
-import time
 from typing import Any, NamedTuple
 
 from ..client import Client
 from ..client import errors as nats_errors
+from ..server.gojson import go_time, parse_go_time
 from .connection import ConnectorError
 from .planning import name_matches
 
@@ -110,7 +110,7 @@ async def names(nc: Client, pattern: str, timeout: float) -> list[str]:
 async def first_at_or_after(nc: Client, stream: str, time_ns: int, direct: bool,
                             timeout: float) -> int | None:
     """The sequence of the first message stored at or after `time_ns`, None if none."""
-    body = {"start_time": go_time(time_ns)}
+    body = {"start_time": go_time(time_ns, utc=True)}
     try:
         if direct:
             reply = await nc.request(f"{API}.DIRECT.GET.{stream}", json.dumps(body).encode(),
@@ -129,13 +129,6 @@ async def first_at_or_after(nc: Client, stream: str, time_ns: int, direct: bool,
     return int(answer["message"]["seq"])
 
 
-def go_time(ns: int) -> str:
-    """Unix nanoseconds as RFC 3339 with nanoseconds, UTC (what JetStream reads)."""
-    secs, frac = divmod(ns, 10**9)
-    y, mo, d, h, mi, s = time.gmtime(secs)[:6]
-    return f"{y:04d}-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}:{s:02d}.{frac:09d}Z"
-
-
 _SECONDS: dict[bytes, int] = {}  # "2026-11-26T17:27:25" -> Unix seconds (times share them)
 
 
@@ -150,8 +143,11 @@ def parse_time(text: bytes) -> int:
         if len(_SECONDS) > 100_000:
             _SECONDS.clear()
         _SECONDS[head] = secs
-    if text[-1:] != b"Z" or len(text) < 20:
-        raise JetStreamError(f"not a time as JetStream writes it: {text!r}")
+    if text[-1:] != b"Z" or len(text) < 20:  # (not how JetStream writes it: the long way)
+        ns = parse_go_time(text.decode(errors="replace"))
+        if not ns:
+            raise JetStreamError(f"not a time as JetStream writes it: {text!r}")
+        return ns
     frac = text[20:-1] if text[19:20] == b"." else b""
     return secs * 10**9 + int((frac + b"000000000")[:9])
 

@@ -27,6 +27,7 @@ class StreamCatalog(DriverLink):
     def __init__(self, copts: ConnectionOptions, role: str = "d") -> None:
         super().__init__(copts, role)
         self.methods: dict[str, str] = {}
+        self.known: dict[str, jetstream.StreamBounds] = {}  # the bounds asked last, by name
 
     def _new_connection(self, lost: Any) -> NatsConnection:
         return NatsConnection(self.copts, self.role)
@@ -39,6 +40,7 @@ class StreamCatalog(DriverLink):
                     for name in streams}
 
         out: dict[str, jetstream.StreamBounds] = self._run(ask)
+        self.known.update(out)
         for name, b in out.items():
             self.methods[name] = method_for(b.direct, b.retention)
             if b.messages:
@@ -56,7 +58,8 @@ class StreamCatalog(DriverLink):
 
     def first_at_or_after(self, streams: list[str] | tuple[str, ...], time_ns: int
                           ) -> dict[str, int | None]:
-        bounds = self._bounds(streams)
+        unknown = [name for name in streams if name not in self.known]
+        bounds = {**self.known, **(self._bounds(unknown) if unknown else {})}
         timeout = self.copts.request_timeout
 
         async def ask(conn: NatsConnection) -> dict[str, int | None]:

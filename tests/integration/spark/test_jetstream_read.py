@@ -276,3 +276,17 @@ def test_a_migrated_channel_reads_as_the_channel_did(spark: Any, tmp_path: Any) 
             assert original // 1000 == micros // dt.timedelta(microseconds=1)
     finally:
         server.stop()
+
+
+def test_a_start_time_reads_what_was_stored_from_then_on(spark: Any, js_server: Server) -> None:
+    for config in ({"allow_direct": True}, {}):
+        stream = name()
+        fill(js_server.url, stream, {"subjects": [f"{stream}.>"], **config},
+             [(f"{stream}.x", b"before %d" % i, None) for i in range(5)])
+        time.sleep(0.05)  # (a time between the two fills, on the server's clock too)
+        since = dt.datetime.now(dt.timezone.utc)
+        time.sleep(0.05)
+        fill(js_server.url, stream, {"subjects": [f"{stream}.>"], **config},
+             [(f"{stream}.x", b"after %d" % i, None) for i in range(3)])
+        rows = load(spark, js_server, streams=stream, startTime=since.isoformat()).collect()
+        assert sorted(bytes(r.data) for r in rows) == [b"after 0", b"after 1", b"after 2"]
