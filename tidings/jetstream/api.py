@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..config.accounts import JetStreamLimits
@@ -294,7 +294,7 @@ class JetStream:
         tokens = name.split(".")
         kind = _type_of(tokens)
         if tokens[:2] == ["DIRECT", "GET"] and len(tokens) >= 3:
-            return self._direct_get(account, tokens, payload, reply)
+            return self._direct_get(account, tokens, headers, payload, reply)
         if tokens[:2] in (["STREAM", "SNAPSHOT"], ["STREAM", "RESTORE"]):
             from . import snapshot  # (snapshot.py: answered with their own response types)
 
@@ -746,21 +746,48 @@ class JetStream:
         elif reply:
             publish_internal(self.server, account, reply, b"")  # (a double ack's answer)
 
-    def _direct_get(self, account: Account, tokens: list[str], payload: bytes,
-                    reply: bytes) -> bool | None:
-        """`$JS.API.DIRECT.GET.<stream>[.<subject>]` (direct.py). A stream without
-        allow_direct does not take it (the reference has no subscription there)."""
-        from . import direct
+    def _direct_get(self, account: Account, tokens: list[str], headers: bytes | None,
+                    payload: bytes, reply: bytes) -> bool | None:
+        """`$JS.API.DIRECT.GET.<stream>[.<subject>]` (direct.py; in columns, bulk.py, where
+        the request asks so). A stream without allow_direct does not take it (the
+        reference has no subscription there)."""
+        from . import bulk, direct
 
         stream = self.streams.get(account, {}).get(tokens[2]) if self.enabled_for(account) \
             else None
         if stream is None or not stream.config.get("allow_direct"):
             return False  # (the reference has no subscription there: no responders)
         key = ".".join(tokens[3:]) if len(tokens) > 3 else None
-        for headers, data in direct.answer(stream, key, payload,
-                                           self.server.options.max_pending):
-            publish_internal(self.server, account, reply, data, headers or None)
+        max_pending = self.server.options.max_pending
+        if key is None and bulk.wanted(headers):
+            req = bulk.request_of(payload)
+            if req is not None:
+                self._send_each(account, stream, reply, bulk.answer(
+                    stream, req, max_pending, self.server.options.max_payload))
+                return True
+        for status, data in direct.answer(stream, key, payload, max_pending):
+            publish_internal(self.server, account, reply, data, status or None)
         return True
+
+    def _send_each(self, account: Account, stream: Stream, reply: bytes,
+                   replies: Iterator[tuple[bytes, bytes]]) -> None:
+        """`replies` to `reply`, one a turn of the loop (the first now), while `stream`
+        lasts."""
+        def send() -> None:
+            if self.streams.get(account, {}).get(stream.name) is not stream:
+                return  # (deleted meanwhile: the requester times out, as on a lost reply)
+            try:
+                got = next(replies, None)
+            except OSError as exc:  # (the store could not be read: the requester times out)
+                log.error("JetStream: stream %s > %s: direct get: %s", account.name,
+                          stream.name, exc)
+                return
+            if got is None:
+                return
+            publish_internal(self.server, account, reply, got[1], got[0] or None)
+            self._soon(send)
+
+        send()
 
     def _remove(self, account: Account, streams: dict[str, Stream], stream: Stream) -> None:
         self._unsubscribe(account, stream)

@@ -52,13 +52,14 @@ import time
 from array import array
 from bisect import bisect_right
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from zlib import crc32
 
 from ..fileio import fsync_dir, write_all
 from . import compressed
-from .memstore import StoredMsg, StoreLimits
+from .memstore import Run, StoredMsg, StoreLimits
 
 log = logging.getLogger("tidings.jetstream")
 
@@ -476,6 +477,103 @@ class FileStore(StoreLimits):
             log.error("jetstream file store %s: message %d fails its checksum", self.dir, seq)
             return None
         return msg
+
+    def scan(self, start: int, end: int, max_bytes: int,
+             matches: Callable[[str], bool] | None = None, overhead: int = 0) -> Run:
+        """StoreLimits.scan from the index and one read of each plain block's span: the
+        sequence, time and subject come from the index, only headers and data from the
+        records (each checked against its checksum, as `get` does)."""
+        run = Run([], [], [], [], [], start)
+        seq, last = max(start, self.first_seq), min(end, self.last_seq)
+        encoded: dict[int, bytes | None] = {}  # subject id -> its bytes, None: not wanted
+        size = 0
+        k = bisect_right(self._firsts, seq) - 1
+        while seq <= last and 0 <= k < len(self._blocks):
+            blk = self._blocks[k]
+            if blk.chunks is not None or blk is self._buf_blk:  # (compressed, or mid-batch)
+                if size >= max_bytes:
+                    break
+                part = super().scan(seq, min(last, blk.next_seq - 1),
+                                    max_bytes - size if size else max_bytes, matches, overhead)
+                if size and not part.seqs:
+                    break
+                size += sum(map(len, part.subjects)) + sum(map(len, part.headers)) \
+                    + sum(map(len, part.data)) + overhead * len(part.seqs)
+                for mine, theirs in zip(run[:5], part[:5], strict=True):
+                    mine.extend(theirs)
+                seq = part.next
+            else:
+                seq, size = self._scan_block(blk, seq, last, max_bytes, size, matches,
+                                             encoded, run, overhead)
+            if seq < blk.next_seq:
+                break  # (full)
+            k += 1
+        return run._replace(next=seq)
+
+    def _scan_block(self, blk: _Block, seq: int, last: int, max_bytes: int, size: int,
+                    matches: Callable[[str], bool] | None, encoded: dict[int, bytes | None],
+                    run: Run, overhead: int) -> tuple[int, int]:
+        """One plain block's part of a scan: (the sequence to go on from, bytes so far).
+        (The loop of a bulk read: names bound once, the subject looked up when it
+        changes.)"""
+        offs, lens, sids, tss, names = blk.offs, blk.lens, blk.sids, blk.tss, self._names
+        head, u32, check = HEAD.unpack_from, HLEN.unpack_from, crc32
+        add_seq, add_stamp, add_subject = run.seqs.append, run.stamps.append, \
+            run.subjects.append
+        add_headers, add_data = run.headers.append, run.data.append
+        fd = self._fd(blk)
+        buf, at, end = b"", 0, 0  # a span of the block's file read at once, from `at`
+        first, trail, hsize = blk.first, TRAIL.size, HEAD.size
+        sid_was, subject = -1, None
+        i, stop = seq - first, min(last - first + 1, len(offs))
+        while i < stop:
+            off = offs[i]
+            if off < 0:
+                i += 1
+                continue
+            sid = sids[i]
+            if sid != sid_was:
+                sid_was = sid
+                if sid in encoded:
+                    subject = encoded[sid]
+                else:
+                    name = names[sid] or ""
+                    subject = encoded[sid] = name.encode() \
+                        if matches is None or matches(name) else None
+            if subject is None:
+                i += 1
+                continue
+            rl = lens[i]
+            p = off - at
+            if p < 0 or off + rl > end:
+                buf = os.pread(fd, max(rl, READ_AHEAD * 4), off)
+                at, p, end = off, 0, off + len(buf)
+            word, _, _, slen = head(buf, p)
+            crc_at = p + rl - trail
+            if check(buf[p:crc_at]) != u32(buf, crc_at)[0]:
+                log.error("jetstream file store %s: message %d fails its checksum", self.dir,
+                          first + i)
+                i += 1
+                continue
+            q = p + hsize + slen
+            if word & HBIT:
+                h = q + 4
+                q = h + u32(buf, q)[0]
+                headers = buf[h:q]
+            else:
+                headers = b""
+            data = buf[q:crc_at]
+            this = len(subject) + len(headers) + len(data) + overhead
+            if size and size + this > max_bytes:
+                break
+            add_seq(first + i)
+            add_stamp(tss[i])
+            add_subject(subject)
+            add_headers(headers)
+            add_data(data)
+            size += this
+            i += 1
+        return first + i, size
 
     def last_for(self, subject: str) -> StoredMsg | None:
         """The last message on `subject`."""

@@ -33,6 +33,18 @@ class StoredMsg(NamedTuple):
         return len(self.subject) + len(self.headers or b"") + len(self.data) + OVERHEAD
 
 
+class Run(NamedTuple):
+    """Stored messages in sequence order, column by column (what a bulk read takes);
+    `next`: the sequence to go on from."""
+
+    seqs: list[int]
+    stamps: list[int]
+    subjects: list[bytes]  # UTF-8
+    headers: list[bytes]  # b"" for a message without headers
+    data: list[bytes]
+    next: int
+
+
 class StoreLimits:
     """The limits a stream sets, on what every store has (`subjects`, `count`, `bytes`,
     `first_seq`, `remove`, `oldest_on`, `first_ts`): the oldest go first."""
@@ -85,6 +97,30 @@ class StoreLimits:
 
     def get(self, seq: int) -> StoredMsg | None:
         raise NotImplementedError
+
+    def scan(self, start: int, end: int, max_bytes: int,
+             matches: Callable[[str], bool] | None = None, overhead: int = 0) -> Run:
+        """The messages from `start` to `end` (inclusive) whose subject `matches`, as long
+        as their subjects, headers and data, and `overhead` bytes a message, stay within
+        `max_bytes` (one message at least)."""
+        run = Run([], [], [], [], [], start)
+        size, seq = 0, max(start, self.first_seq)
+        last = min(end, self.last_seq)
+        while seq <= last:
+            msg = self.get(seq)
+            if msg is not None and (matches is None or matches(msg.subject)):
+                subject = msg.subject.encode()
+                this = len(subject) + len(msg.headers or b"") + len(msg.data) + overhead
+                if size and size + this > max_bytes:
+                    break
+                run.seqs.append(msg.seq)
+                run.stamps.append(msg.ts)
+                run.subjects.append(subject)
+                run.headers.append(msg.headers or b"")
+                run.data.append(msg.data)
+                size += this
+            seq += 1
+        return run._replace(next=seq)
 
     def enforce(self, max_msgs: int, max_bytes: int, max_age: float,
                 per_subject: int, subject: str | None = None) -> None:

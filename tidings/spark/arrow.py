@@ -9,7 +9,7 @@ what Spark derives from `SCHEMA` (nullable fields, timestamps in microseconds, U
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -96,14 +96,46 @@ def stream_batch(stream: str, sequences: Sequence[int], subjects: Sequence[str],
     """One record batch of a stream's messages from parallel column lists; `headers` each
     a message's (name, value) pairs in order (a repeated name: its values in one list), or
     None for a message without headers."""
+    return stream_arrays_batch(stream, pa.array(sequences, pa.int64()),
+                               pa.array(subjects, pa.string()), pa.array(data, pa.binary()),
+                               pa.array(timestamps_ns, pa.int64()), headers)
+
+
+def stream_arrays_batch(stream: str, sequences: pa.Array, subjects: pa.Array, data: pa.Array,
+                        timestamps_ns: pa.Array,
+                        headers: Sequence[Sequence[tuple[str, str]] | None] | None
+                        ) -> pa.RecordBatch:
+    """As `stream_batch`, from Arrow arrays (int64, string, binary, int64 ns); `headers`
+    None: no message has any."""
     n = len(sequences)
     name = pa.repeat(pa.scalar(stream, pa.string()), n)
-    stamps = pc.divide(pa.array(timestamps_ns, pa.int64()), _NS_PER_US).cast(_TS_TYPE)
+    stamps = pc.divide(timestamps_ns, _NS_PER_US).cast(_TS_TYPE)
     maps = pa.array([None if h is None else _grouped(h) for h in headers], _HEADERS_TYPE) \
-        if any(h is not None for h in headers) else pa.nulls(n, _HEADERS_TYPE)
-    return pa.RecordBatch.from_arrays(
-        [name, pa.array(sequences, pa.int64()), pa.array(subjects, pa.string()),
-         pa.array(data, pa.binary()), stamps, maps], schema=STREAM_ARROW_SCHEMA)
+        if headers is not None and any(h is not None for h in headers) \
+        else pa.nulls(n, _HEADERS_TYPE)
+    return pa.RecordBatch.from_arrays([name, sequences, subjects, data, stamps, maps],
+                                      schema=STREAM_ARROW_SCHEMA)
+
+
+def regrouped(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.RecordBatch]:
+    """`batches` again as batches of `size` rows (the last one fewer): the JVM takes fewer,
+    larger batches for less per row."""
+    held: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        held.append(batch)
+        rows += batch.num_rows
+        if rows >= size:
+            whole = pa.concat_batches(held) if len(held) > 1 else held[0]
+            cut = rows - rows % size
+            for at in range(0, cut, size):
+                yield whole.slice(at, size)
+            held = [whole.slice(cut)] if cut < rows else []
+            rows -= cut
+    if held:
+        yield pa.concat_batches(held) if len(held) > 1 else held[0]
 
 
 def _grouped(pairs: Sequence[tuple[str, str]]) -> list[tuple[str, list[str]]]:

@@ -4,6 +4,9 @@ without leaving anything behind on the server and without taking messages from a
 - `direct`: the stream allows direct gets (`allow_direct`): batches of
   `$JS.API.DIRECT.GET.<stream>` `{"seq", "batch", "max_bytes"[, "next_by_subj"]}`, each
   answered by the messages and an end-of-batch status. Nothing is created on the server.
+  The request asks for columnar replies (`tidings.jetstream.bulk`, a header the reference
+  ignores): a tidings server answers with a few messages holding thousands each, which
+  become Arrow arrays without a step per message.
 - `consumer`: a limits stream without direct gets: an ordered ephemeral push consumer
   (no acks, flow control answered, in memory, gone once read or idle), from `start`,
   deleted at the end. A work-queue or interest stream never gets one (a consumer there
@@ -11,8 +14,9 @@ without leaving anything behind on the server and without taking messages from a
 - `get`: a work-queue or interest stream without direct gets: `STREAM.MSG.GET` a message
   at a time (a window of requests in flight): slow, but it changes nothing.
 
-Each yields column chunks (`Columns`) that reader code turns into Arrow batches; rows are
-in sequence order, each sequence once; messages stored before `min_time` are left out.
+Each yields column chunks (`Columns`) or record batches, which `read_stream_partition`
+regroups into batches of `batchSize` rows; rows are in sequence order, each sequence once;
+messages stored before `min_time` are left out.
 """
 
 from __future__ import annotations
@@ -24,21 +28,25 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..client import Client
 from ..client import errors as nats_errors
+from ..jetstream import bulk
 from ..protocol.subjects import subject_matches
 from ..streaming.client import StanError
-from .arrow import stream_batch
+from .arrow import regrouped, stream_arrays_batch, stream_batch
 from .connection import ConnectionLost, Losses, NatsConnection
 from .jetstream import API, JetStreamError, api, message_of_get, parse_time
 
 DIRECT_BATCH = 10_000  # messages a direct get asks for at most
+COLUMNAR_BATCH = 100_000  # the same, answered in columns (each reply ~384 KiB of them)
 DIRECT_BYTES = 8 * 1024 * 1024  # and bytes (the server ends the batch at whichever first)
 GET_WINDOW = 64  # STREAM.MSG.GET requests in flight
 # What a direct get adds after the message's own headers, in the order both servers write it.
 _DIRECT_HEADERS = re.compile(rb"Nats-Stream: [^\r]*\r\nNats-Subject: ([^\r]*)\r\n"
                              rb"Nats-Sequence: (\d+)\r\nNats-Time-Stamp: ([^\r]*)\r\n")
+_COLUMNAR = {bulk.HEADER_NAME.decode(): "1"}  # (tidings.jetstream.bulk's request header)
 _ADDED = frozenset((b"nats-stream", b"nats-subject", b"nats-sequence", b"nats-time-stamp",
                     b"nats-num-pending", b"nats-last-sequence"))  # a direct get's own
 
@@ -84,21 +92,29 @@ def _wanted(filters: tuple[str, ...], subject: str) -> bool:
 class _Batch:
     """The answers to one direct get batch, parsed as they arrive (on the read path)."""
 
-    def __init__(self, cols: Columns, end: int, filters: tuple[str, ...], min_time: int
-                 ) -> None:
-        self.cols, self.end, self.filters, self.min_time = cols, end, filters, min_time
+    def __init__(self, stream: str, cols: Columns, end: int, filters: tuple[str, ...],
+                 min_time: int) -> None:
+        self.stream, self.cols, self.end = stream, cols, end
+        self.filters, self.min_time = filters, min_time
+        self.batches: list[pa.RecordBatch] = []  # columnar replies, in order
         self.last = 0  # the last sequence answered
         self.status = b""  # the status that ended the batch (204 EOB, 404, ...)
         self.done = asyncio.Event()
+        self.arrived = asyncio.Event()  # a columnar reply (or the end)
 
     def on_msg(self, subject: bytes, reply: bytes | None, hdr: bytes | None,
                payload: bytes) -> None:
-        if self.done.is_set() or not hdr:
+        if self.done.is_set():
+            return
+        if not hdr:
+            if payload[:4] == bulk.MAGIC:
+                self._columnar(payload)
             return
         head = hdr[:hdr.find(b"\r\n")]
         if len(head) > 8:  # "NATS/1.0 204 EOB", "NATS/1.0 404 Message Not Found", ...
             self.status = head[9:]
             self.done.set()
+            self.arrived.set()
             return
         found = _DIRECT_HEADERS.search(hdr)
         if found is None:  # (not the headers both servers write: read them one by one)
@@ -114,6 +130,14 @@ class _Batch:
         if len(self.filters) > 1 and not _wanted(self.filters, subject_text):
             return
         self.cols.add(seq, subject_text, payload, stamp, extra)
+
+    def _columnar(self, reply: bytes) -> None:
+        batch, self.last = columnar_batch(self.stream, reply, self.end, self.min_time)
+        if len(self.filters) > 1:
+            batch = batch.filter(pa.array([_wanted(self.filters, s)
+                                           for s in batch.column(2).to_pylist()], pa.bool_()))
+        self.batches.append(batch)
+        self.arrived.set()
 
     def _by_lines(self, hdr: bytes, payload: bytes) -> None:
         fields: dict[bytes, bytes] = {}
@@ -133,38 +157,48 @@ class _Batch:
 
 
 async def read_direct(nc: Client, stream: str, start: int, end: int, filters: tuple[str, ...],
-                      min_time: int, timeout: float) -> AsyncIterator[Columns]:
+                      min_time: int, timeout: float
+                      ) -> AsyncIterator[Columns | pa.RecordBatch]:
     """`start`..`end` through direct get batches (one filter asked of the server; more are
-    applied here)."""
+    applied here), in columns where the server answers so."""
     seq = start
+    columnar = True  # (until the server answers message by message)
     while seq <= end:
+        columnar_asked = columnar
         cols = Columns()
-        batch = _Batch(cols, end, filters, min_time)
+        batch = _Batch(stream, cols, end, filters, min_time)
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox, raw_cb=batch.on_msg)
-        body: dict[str, Any] = {"seq": seq, "batch": min(DIRECT_BATCH, end - seq + 1),
-                                "max_bytes": DIRECT_BYTES}
+        body: dict[str, Any] = {
+            "seq": seq, "batch": min(COLUMNAR_BATCH if columnar_asked else DIRECT_BATCH,
+                                     end - seq + 1),
+            "max_bytes": DIRECT_BYTES}
         if len(filters) == 1:
             body["next_by_subj"] = filters[0]
         try:
             await nc.publish(f"{API}.DIRECT.GET.{stream}", json.dumps(body).encode(),
-                             reply=inbox)
-            try:
-                await asyncio.wait_for(batch.done.wait(), timeout)
-            except asyncio.TimeoutError:
-                raise JetStreamError(f"stream {stream!r}: no answer to a direct get of "
-                                     f"{seq}..{end} within {timeout:g} s") from None
+                             reply=inbox, headers=_COLUMNAR)
+            while True:  # (columnar replies handed on as they come)
+                try:
+                    await asyncio.wait_for(batch.arrived.wait(), timeout)
+                except asyncio.TimeoutError:
+                    raise JetStreamError(f"stream {stream!r}: no answer to a direct get of "
+                                         f"{seq}..{end} within {timeout:g} s") from None
+                batch.arrived.clear()
+                while batch.batches:
+                    yield batch.batches.pop(0)
+                if batch.done.is_set():
+                    break
         finally:
             await sub.unsubscribe()
-        if batch.status.startswith(b"404") or not batch.last:
-            if cols:
-                yield cols
-            return  # (nothing more at or after seq)
-        if not batch.status.startswith(b"204"):
+        if not batch.status.startswith((b"404", b"204")):
             raise JetStreamError(f"stream {stream!r}: direct get of {seq}..{end} refused: "
                                  f"{batch.status.decode(errors='replace')}")
+        columnar = columnar and not cols
         if cols:
             yield cols
+        if batch.status.startswith(b"404") or not batch.last:
+            return  # (nothing more at or after seq)
         seq = batch.last + 1
 
 
@@ -305,6 +339,54 @@ def method_for(direct: bool, retention: str) -> str:
 READERS = {"direct": read_direct, "consumer": read_consumer, "get": read_gets}
 
 
+def _batches(loop: asyncio.AbstractEventLoop, read: AsyncIterator[Columns | pa.RecordBatch],
+             stream: str) -> Iterator[pa.RecordBatch]:
+    """What a reader yields, as record batches."""
+    while True:
+        try:
+            got = loop.run_until_complete(anext(read))
+        except StopAsyncIteration:
+            return
+        if isinstance(got, Columns):
+            got = stream_batch(stream, got.seqs, got.subjects, got.data, got.stamps,
+                               got.headers)
+        yield got
+
+
+def columnar_batch(stream: str, reply: bytes, end: int, min_time: int
+                   ) -> tuple[pa.RecordBatch, int]:
+    """A record batch over a columnar reply's buffers (`tidings.jetstream.bulk`'s layout),
+    its rows past `end` or stored before `min_time` left out, and the reply's last
+    sequence. Only the headers of messages that have any are read in Python."""
+    _, count, _, n_subjects, n_headers, n_data = bulk.HEADER.unpack_from(reply)
+    buf = pa.py_buffer(reply)
+    at = bulk.HEADER.size
+    seqs = pa.Array.from_buffers(pa.int64(), count, [None, buf.slice(at, 8 * count)])
+    stamps = pa.Array.from_buffers(pa.int64(), count,
+                                   [None, buf.slice(at + 8 * count, 8 * count)])
+    at += 16 * count
+    width = 4 * (count + 1)
+    values = at + 3 * width
+    subjects = pa.Array.from_buffers(pa.string(), count, [
+        None, buf.slice(at, width), buf.slice(values, n_subjects)])
+    data = pa.Array.from_buffers(pa.binary(), count, [
+        None, buf.slice(at + 2 * width, width),
+        buf.slice(values + n_subjects + n_headers, n_data)])
+    headers = None
+    if n_headers:
+        offsets = memoryview(reply)[at + width:at + 2 * width].cast("i")
+        blocks = reply[values + n_subjects:values + n_subjects + n_headers]
+        headers = [header_pairs(blocks[offsets[i]:offsets[i + 1]]) or None
+                   if offsets[i + 1] > offsets[i] else None for i in range(count)]
+    batch = stream_arrays_batch(stream, seqs, subjects, data, stamps, headers)
+    last = seqs[-1].as_py() if count else 0
+    keep = pc.less_equal(seqs, pa.scalar(end, pa.int64())) if last > end else None
+    if min_time and count and pc.min(stamps).as_py() < min_time:
+        late = pc.greater_equal(stamps, pa.scalar(min_time, pa.int64()))
+        keep = late if keep is None else pc.and_(keep, late)
+    return (batch if keep is None else batch.filter(keep)), last
+
+
 def read_stream_partition(part: Any) -> Iterator[pa.RecordBatch]:
     """A partition of a stream (`part`: reader.NatsPartition) as record batches of at most
     `batchSize` rows, each sequence once. A lost connection is resumed after the last
@@ -324,17 +406,11 @@ def read_stream_partition(part: Any) -> Iterator[pa.RecordBatch]:
                     conn.nc, rng.channel, expected, rng.end, part.subjects, part.min_time,
                     params.read_timeout)
                 try:
-                    while True:
-                        try:
-                            cols = loop.run_until_complete(anext(read))
-                        except StopAsyncIteration:
-                            return
-                        for at in range(0, len(cols), params.batch_size):
-                            end = at + params.batch_size
-                            yield stream_batch(rng.channel, cols.seqs[at:end],
-                                               cols.subjects[at:end], cols.data[at:end],
-                                               cols.stamps[at:end], cols.headers[at:end])
-                            expected = cols.seqs[min(end, len(cols)) - 1] + 1
+                    for batch in regrouped(_batches(loop, read, rng.channel),
+                                           params.batch_size):
+                        yield batch
+                        expected = batch.column(1)[-1].as_py() + 1
+                    return
                 finally:
                     loop.run_until_complete(read.aclose())
             except (StanError, nats_errors.Error, OSError) as exc:
