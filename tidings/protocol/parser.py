@@ -719,6 +719,19 @@ class ServerOpParser(_Framer):
                     raise ProtocolError(None, f"bad MSG line {buf[pos:eol]!r}")
                 # parse_size inlined: this line runs once per message a client receives
                 size = int(szb) if szb.isdigit() and len(szb) <= _MAX_SIZE_DIGITS else -1
+            elif buf.startswith(b"HMSG ", pos):  # (as MSG: a JetStream client's every message)
+                f = buf[pos + 5 : line_end].split()
+                if len(f) == 4:
+                    subject, sid, hdrb, szb = f
+                    reply = None
+                elif len(f) == 5:
+                    subject, sid, reply, hdrb, szb = f
+                else:
+                    raise ProtocolError(None, f"bad HMSG line {buf[pos:eol]!r}")
+                hdr = int(hdrb) if hdrb.isdigit() and len(hdrb) <= _MAX_SIZE_DIGITS else -1
+                size = int(szb) if szb.isdigit() and len(szb) <= _MAX_SIZE_DIGITS else -1
+                if hdr < 0 or hdr > size:
+                    raise ProtocolError(None, f"bad HMSG sizes {buf[pos:eol]!r}")
             else:
                 op = _classify(_SERVER_OPS, buf, pos, eol)
                 if not isinstance(op, tuple):

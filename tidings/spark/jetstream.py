@@ -129,27 +129,39 @@ async def first_at_or_after(nc: Client, stream: str, time_ns: int, direct: bool,
     return int(answer["message"]["seq"])
 
 
+_SCALE = (0, *(10 ** (9 - n) for n in range(1, 10)))  # a fraction of n digits, in ns
 _SECONDS: dict[bytes, int] = {}  # "2026-11-26T17:27:25" -> Unix seconds (times share them)
 
 
 def parse_time(text: bytes) -> int:
     """An RFC 3339 time as JetStream writes it (`...T17:27:25.793125753Z`, UTC, the fraction
     without trailing zeros) in Unix nanoseconds."""
+    if text[-1:] != b"Z" or len(text) < 20:  # (not how JetStream writes it: the long way)
+        return _parsed_slowly(text)
     head = text[:19]
     secs = _SECONDS.get(head)
     if secs is None:
-        secs = calendar.timegm((int(head[:4]), int(head[5:7]), int(head[8:10]),
-                                int(head[11:13]), int(head[14:16]), int(head[17:19])))
+        try:
+            secs = calendar.timegm((int(head[:4]), int(head[5:7]), int(head[8:10]),
+                                    int(head[11:13]), int(head[14:16]), int(head[17:19])))
+        except ValueError:
+            return _parsed_slowly(text)
         if len(_SECONDS) > 100_000:
             _SECONDS.clear()
         _SECONDS[head] = secs
-    if text[-1:] != b"Z" or len(text) < 20:  # (not how JetStream writes it: the long way)
-        ns = parse_go_time(text.decode(errors="replace"))
-        if not ns:
-            raise JetStreamError(f"not a time as JetStream writes it: {text!r}")
-        return ns
-    frac = text[20:-1] if text[19:20] == b"." else b""
-    return secs * 10**9 + int((frac + b"000000000")[:9])
+    frac = text[20:-1]
+    if text[19:20] == b"." and 0 < len(frac) <= 9 and frac.isdigit():
+        return secs * 1_000_000_000 + int(frac) * _SCALE[len(frac)]
+    if len(text) == 20:
+        return secs * 1_000_000_000
+    return _parsed_slowly(text)
+
+
+def _parsed_slowly(text: bytes) -> int:
+    ns = parse_go_time(text.decode(errors="replace"))
+    if not ns:
+        raise JetStreamError(f"not a time as JetStream writes it: {text!r}")
+    return ns
 
 
 def message_of_get(answer: dict[str, Any]) -> tuple[str, int, bytes | None, bytes, int]:
