@@ -102,16 +102,14 @@ def answer(stream: Any, req: dict[str, Any], max_pending: int, max_payload: int
 def _within(run: Run, most: int, left: int) -> tuple[Run, int]:
     """`run` cut to `most` messages and to the one whose bytes reach `left` (a plain batch
     stops after the message that reaches its max_bytes); and its bytes."""
-    if len(run.seqs) > most:
-        run = Run(*(column[:most] for column in run[:5]), next=run.seqs[most - 1] + 1)
-    size = sum(map(len, run.subjects)) + sum(map(len, run.headers)) + sum(map(len, run.data))
-    if size >= left:
-        sizes = [len(s) + len(h) + len(d)
-                 for s, h, d in zip(run.subjects, run.headers, run.data, strict=True)]
-        reached = next(i for i, total in enumerate(accumulate(sizes)) if total >= left) + 1
-        run = Run(*(column[:reached] for column in run[:5]), next=run.seqs[reached - 1] + 1)
-        size = sum(sizes[:reached])
-    return run, size
+    if len(run.seqs) <= most and run.size < left:
+        return run, run.size
+    sizes = [len(s) + len(h) + len(d)
+             for s, h, d in zip(run.subjects, run.headers, run.data, strict=True)][:most]
+    reached = next((i + 1 for i, total in enumerate(accumulate(sizes)) if total >= left),
+                   len(sizes))
+    cut = Run(*(column[:reached] for column in run[:5]), next=run.seqs[reached - 1] + 1)
+    return cut, sum(sizes[:reached])
 
 
 def encode(run: Run) -> bytes:

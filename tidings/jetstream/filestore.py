@@ -141,7 +141,7 @@ class _Block:
     """One block file and the index of its messages: entry i is sequence first + i."""
 
     __slots__ = ("index", "path", "first", "offs", "lens", "sids", "tss", "live", "live_bytes",
-                 "end", "chunks")
+                 "end", "chunks", "checked")
 
     def __init__(self, index: int, path: Path, first: int) -> None:
         self.index, self.path, self.first = index, path, first
@@ -153,6 +153,7 @@ class _Block:
         self.live_bytes = 0
         self.end = 0  # the file's length (compressed: its decoded length)
         self.chunks: compressed.Chunks | None = None  # where a compressed block's chunks are
+        self.checked: bytearray | None = None  # 1: entry i's checksum was checked by a scan
 
     def add(self, off: int, size: int, sid: int, ts: int) -> None:
         self.offs.append(off)
@@ -482,7 +483,10 @@ class FileStore(StoreLimits):
              matches: Callable[[str], bool] | None = None, overhead: int = 0) -> Run:
         """StoreLimits.scan from the index and one read of each plain block's span: the
         sequence, time and subject come from the index, only headers and data from the
-        records (each checked against its checksum, as `get` does)."""
+        records. A record's checksum is checked by the first scan that reads it (opening
+        the store checked it too; a compaction, which moves records, has them checked
+        again): the reference checks a record once each time it loads the block into its
+        cache."""
         run = Run([], [], [], [], [], start)
         seq, last = max(start, self.first_seq), min(end, self.last_seq)
         encoded: dict[int, bytes | None] = {}  # subject id -> its bytes, None: not wanted
@@ -508,7 +512,7 @@ class FileStore(StoreLimits):
             if seq < blk.next_seq:
                 break  # (full)
             k += 1
-        return run._replace(next=seq)
+        return run._replace(next=seq, size=size - overhead * len(run.seqs))
 
     def _scan_block(self, blk: _Block, seq: int, last: int, max_bytes: int, size: int,
                     matches: Callable[[str], bool] | None, encoded: dict[int, bytes | None],
@@ -524,6 +528,10 @@ class FileStore(StoreLimits):
         fd = self._fd(blk)
         buf, at, end = b"", 0, 0  # a span of the block's file read at once, from `at`
         first, trail, hsize = blk.first, TRAIL.size, HEAD.size
+        checked = blk.checked
+        if checked is None or len(checked) < len(offs):
+            checked = blk.checked = (checked or bytearray()) + bytearray(
+                len(offs) - len(checked or b""))
         sid_was, subject = -1, None
         i, stop = seq - first, min(last - first + 1, len(offs))
         while i < stop:
@@ -550,11 +558,13 @@ class FileStore(StoreLimits):
                 at, p, end = off, 0, off + len(buf)
             word, _, _, slen = head(buf, p)
             crc_at = p + rl - trail
-            if check(buf[p:crc_at]) != u32(buf, crc_at)[0]:
-                log.error("jetstream file store %s: message %d fails its checksum", self.dir,
-                          first + i)
-                i += 1
-                continue
+            if not checked[i]:
+                if check(buf[p:crc_at]) != u32(buf, crc_at)[0]:
+                    log.error("jetstream file store %s: message %d fails its checksum",
+                              self.dir, first + i)
+                    i += 1
+                    continue
+                checked[i] = 1
             q = p + hsize + slen
             if word & HBIT:
                 h = q + 4
@@ -1001,7 +1011,7 @@ class FileStore(StoreLimits):
         self._close_fd(blk.index)
         self._dirty.discard(blk.index)
         os.replace(tmp, blk.path)
-        blk.offs, blk.end = offs, len(out)
+        blk.offs, blk.end, blk.checked = offs, len(out), None
         if blk.chunks is not None:
             blk.chunks = None
             if self.compress and blk not in self._sealed:

@@ -35,7 +35,8 @@ class StoredMsg(NamedTuple):
 
 class Run(NamedTuple):
     """Stored messages in sequence order, column by column (what a bulk read takes);
-    `next`: the sequence to go on from."""
+    `next`: the sequence to go on from; `size`: the bytes of their subjects, headers and
+    data."""
 
     seqs: list[int]
     stamps: list[int]
@@ -43,6 +44,7 @@ class Run(NamedTuple):
     headers: list[bytes]  # b"" for a message without headers
     data: list[bytes]
     next: int
+    size: int = 0
 
 
 class StoreLimits:
@@ -120,7 +122,7 @@ class StoreLimits:
                 run.data.append(msg.data)
                 size += this
             seq += 1
-        return run._replace(next=seq)
+        return run._replace(next=seq, size=size - overhead * len(run.seqs))
 
     def enforce(self, max_msgs: int, max_bytes: int, max_age: float,
                 per_subject: int, subject: str | None = None) -> None:
