@@ -35,6 +35,7 @@ class StreamBounds(NamedTuple):
     direct: bool  # allow_direct: ranges are read with direct gets
     retention: str  # limits, interest or workqueue
     messages: int
+    created: str = ""  # when the stream was created (one deleted and made again differs)
 
 
 class JetStreamError(ConnectorError):
@@ -89,7 +90,7 @@ async def bounds(nc: Client, stream: str, timeout: float) -> StreamBounds:
     last = int(state.get("last_seq") or 0)
     first = int(state.get("first_seq") or 0) if msgs else last + 1
     return StreamBounds(first, last, size, bool(config.get("allow_direct")),
-                        str(config.get("retention")), msgs)
+                        str(config.get("retention")), msgs, str(info.get("created") or ""))
 
 
 async def names(nc: Client, pattern: str, timeout: float) -> list[str]:

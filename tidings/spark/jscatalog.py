@@ -4,7 +4,8 @@ time falls, and how each stream's ranges are read (jsread.method_for: direct get
 consumer or message gets), which travels to the executors with each partition.
 
 A stream that does not exist is an error naming it (a batch read of it, or a stream deleted
-under a running query); one that holds nothing plans no partition.
+under a running query), and so is one made again under a running query (its creation time
+changed); one that holds nothing plans no partition.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from . import jetstream
 from .catalog import DriverLink
-from .connection import NatsConnection
+from .connection import ConnectorError, NatsConnection
 from .jsread import method_for
 from .options import ConnectionOptions, ReadOptions
 from .stan import ChannelInfo
@@ -40,6 +41,14 @@ class StreamCatalog(DriverLink):
                     for name in streams}
 
         out: dict[str, jetstream.StreamBounds] = self._run(ask)
+        for name, b in out.items():
+            was = self.known.get(name)
+            if was is not None and was.created and b.created != was.created:
+                raise ConnectorError(
+                    f"stream {name!r} was deleted and created again under the query (created "
+                    f"{b.created}, before {was.created}): its sequences are not those the "
+                    "query's offsets count; start the query again with a new checkpoint, or "
+                    "startingOffsets")
         self.known.update(out)
         for name, b in out.items():
             self.methods[name] = method_for(b.direct, b.retention)

@@ -212,8 +212,11 @@ def test_starting_offsets_of_streams(spark: Any, js_server: Server, tmp_path: An
                     latest, tmp_path / "ckpt2")) == 0
 
 
+@pytest.mark.parametrize("again", [1, 8], ids=["shorter", "longer"])
 def test_a_stream_deleted_under_a_running_query_fails_it_clearly(
-        spark: Any, js_server: Server, tmp_path: Any) -> None:
+        spark: Any, js_server: Server, tmp_path: Any, again: int) -> None:
+    """Made again with fewer messages than the query read, or more (its sequences pass the
+    query's offset: only its creation time tells)."""
     from pyspark.errors import StreamingQueryException
 
     stream = name()
@@ -234,13 +237,51 @@ def test_a_stream_deleted_under_a_running_query_fails_it_clearly(
             try:
                 await api(nc, f"STREAM.DELETE.{stream}")
                 await api(nc, f"STREAM.CREATE.{stream}", {"name": stream, **config})
-                await nc.request(f"{stream}.x", b"again", timeout=5)
+                for _ in range(again):
+                    await nc.request(f"{stream}.x", b"again", timeout=5)
             finally:
                 await nc.close()
 
         asyncio.run(recreate())
         with pytest.raises(StreamingQueryException, match="deleted"):
             query.awaitTermination(60)
+    finally:
+        query.stop()
+
+
+def test_a_stream_purged_under_a_running_query_goes_on_past_the_purge(
+        spark: Any, js_server: Server, tmp_path: Any) -> None:
+    stream = name()
+    config = {"subjects": [f"{stream}.>"], "allow_direct": True}
+    fill(js_server.url, stream, config, [(f"{stream}.x", b"m", None)] * 5)
+    query = (_stream(spark, js_server, streams=stream).selectExpr("sequence")
+             .writeStream.format("memory").queryName(f"q{stream}")
+             .option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(processingTime="200 milliseconds").start())
+
+    def read_until(n: int) -> list[int]:
+        deadline = time.monotonic() + 60
+        while True:
+            seqs = [r[0] for r in spark.sql(f"select sequence from q{stream}").collect()]
+            if len(seqs) >= n:
+                return sorted(seqs)
+            assert query.exception() is None and time.monotonic() < deadline, seqs
+            time.sleep(0.2)
+
+    try:
+        assert read_until(5) == [1, 2, 3, 4, 5]
+
+        async def purge_and_publish() -> None:
+            nc = await nats.connect(js_server.url)
+            try:
+                await api(nc, f"STREAM.PURGE.{stream}", {})
+                for _ in range(3):
+                    await nc.request(f"{stream}.x", b"after", timeout=5)
+            finally:
+                await nc.close()
+
+        asyncio.run(purge_and_publish())
+        assert read_until(8) == list(range(1, 9))
     finally:
         query.stop()
 
