@@ -104,15 +104,14 @@ class _Batch:
 
     def on_msg(self, subject: bytes, reply: bytes | None, hdr: bytes | None,
                payload: bytes) -> None:
-        if self.done.is_set():
+        if self.status:
             return
         if not hdr:
             if payload[:4] == bulk.MAGIC:
                 self._columnar(payload)
             return
-        head = hdr[:hdr.find(b"\r\n")]
-        if len(head) > 8:  # "NATS/1.0 204 EOB", "NATS/1.0 404 Message Not Found", ...
-            self.status = head[9:]
+        if hdr[8:9] == b" ":  # "NATS/1.0 204 EOB", "NATS/1.0 404 Message Not Found", ...
+            self.status = hdr[9:hdr.find(b"\r\n")] or b"?"
             self.done.set()
             self.arrived.set()
             return
