@@ -439,6 +439,8 @@ class Stream:
         """(A new configuration: its transforms made once.)"""
         self._config = config
         self.removes_acked = config["retention"] != "limits"  # (acks remove messages)
+        self._window = config.get("duplicate_window") or 0
+        self._ids_due = 0  # when the oldest id leaves the window (0: to be found out)
         given = config.get("subject_transform") or {}
         self._input = transform_for(given.get("src") or ">", given["dest"]) \
             if given.get("dest") else None
@@ -455,7 +457,7 @@ class Stream:
         cfg = self.config
         if self._input is not None:
             subject = _mapped(self._input, subject)
-        fields = header_fields(headers) if headers else {}
+        fields = jetstream_fields(headers) if headers else {}
         if cfg.get("sealed"):
             raise errors.STREAM_SEALED()
         max_size = cfg["max_msg_size"]
@@ -536,12 +538,15 @@ class Stream:
         Nats-Expected-Last-Msg-Id, Nats-Rollup, the TTL's value. What passes: the
         message's id, its rollup, its TTL (seconds; -1: never) and its headers (a TTL
         raised to the subject delete markers' rewritten)."""
+        msg_id = fields.get("nats-msg-id") or None
+        if msg_id is not None and len(fields) == 1:  # an id alone: nothing else to judge
+            duplicate = self._duplicate(msg_id)
+            return duplicate if duplicate is not None else (msg_id, None, 0, headers)
         expected = fields.get("nats-expected-stream")
         if expected and expected != self.name:
             raise errors.STREAM_NOT_MATCH()
         ttl, invalid = self._ttl_of(fields)
         self._check_last_sequences(subject, fields)
-        msg_id = fields.get("nats-msg-id") or None
         if msg_id:
             duplicate = self._duplicate(msg_id)
             if duplicate is not None:
@@ -586,8 +591,10 @@ class Stream:
 
     def _duplicate(self, msg_id: str) -> dict[str, Any] | None:
         """The PubAck of a publish whose id is in the duplicate window (None: it is not)."""
-        self._expire_ids()
-        seen = self.msg_ids.get(msg_id)
+        ids = self.msg_ids
+        if ids and time.time_ns() >= self._ids_due:
+            self._expire_ids()
+        seen = ids.get(msg_id)
         if seen is None:
             return None
         return {"stream": self.name, "seq": seen[0], **self._domain(), "duplicate": True}
@@ -681,6 +688,7 @@ class Stream:
                     found.append((msg_id, seq, msg.ts))
         for msg_id, seq, ts in reversed(found):
             self.msg_ids.setdefault(msg_id, (seq, ts))
+        self._ids_due = 0
         if found and found[0][1] == store.last_seq:
             self.last_msg_id = found[0][0]
 
@@ -732,6 +740,7 @@ class Stream:
                       len(lost), exc.strerror)
             self.msg_ids = OrderedDict((k, v) for k, v in self.msg_ids.items()
                                        if v[0] not in lost)
+            self._ids_due = 0
             self.ttls = [entry for entry in self.ttls if entry[1] not in lost]
             heapq.heapify(self.ttls)
             self.never -= lost
@@ -789,13 +798,18 @@ class Stream:
             raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=self.store.last_seq)
 
     def _expire_ids(self) -> None:
-        cutoff = time.time_ns() - self.config.get("duplicate_window", 0)
+        """The ids older than the duplicate window forgotten; when the next one goes noted."""
+        window = self._window
+        cutoff = time.time_ns() - window
         ids = self.msg_ids
         while ids:
             first = next(iter(ids))
-            if ids[first][1] >= cutoff:
-                break
+            ts = ids[first][1]
+            if ts >= cutoff:
+                self._ids_due = ts + window
+                return
             del ids[first]
+        self._ids_due = 0
 
     # -- what it says of itself -----------------------------------------------------------------
     def state(self, subjects: dict[str, int] | None = None,
@@ -865,6 +879,23 @@ def stored_message(msg: StoredMsg, with_headers: bool = True) -> dict[str, Any]:
         out["data"] = base64.b64encode(msg.data).decode()
     out["time"] = go_time(msg.ts, utc=True)
     return out
+
+
+def jetstream_fields(block: bytes) -> dict[str, str]:
+    """The `Nats-*` fields of a publish's header block by lower-case name, each with its
+    first value, as header_fields reads them (what a stream judges a publish by). A block
+    whose only such field is its Nats-Msg-Id (a publish with an id, the common kind) is
+    read without splitting it into lines."""
+    lowered = block.lower()
+    at = lowered.find(b"\r\nnats-msg-id:")
+    if at >= 0 and lowered.count(b"nats-") == 1:
+        end = block.find(b"\r\n", at + 14)
+        value = block[at + 14:end] if end >= 0 else block[at + 14:]
+        return {"nats-msg-id": value.strip().decode(errors="replace")}
+    if b"nats-" not in lowered:
+        return {}
+    return {name: value for name, value in header_fields(block).items()
+            if name.startswith("nats-")}
 
 
 def _sequence(value: str) -> int:

@@ -7,6 +7,7 @@ PubAcks and error answers are compared whole, one by one."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ import pytest
 
 from tests.harness import Server, start_reference, start_tidings
 from tests.integration.jetstream.conftest import KINDS
+from tidings.jetstream.stream import jetstream_fields
+from tidings.protocol.headers import header_fields
 
 ID = "Nats-Msg-Id"
 STREAM = "Nats-Expected-Stream"
@@ -173,3 +176,52 @@ async def test_the_last_stored_msg_id_outlives_a_restart(kind: str, tmp_path: Pa
         assert got[1] == {"stream": "PCR", "seq": 3}
     finally:
         server.stop()
+
+
+async def test_an_id_is_taken_again_once_its_window_has_passed(servers: list[Server]) -> None:
+    """The duplicate window forgets an id once it is older than the window (not before)."""
+    async def run(server: Server) -> list[Any]:
+        nc = await nats.connect(server.url)
+        try:
+            made = await nc.request("$JS.API.STREAM.CREATE.PCW", json.dumps(
+                {"name": "PCW", "subjects": ["pcw.>"], "duplicate_window": 500_000_000}).encode(), timeout=5)
+            assert "error" not in json.loads(made.data), made.data
+            got = []
+            for msg_id, wait in (("w1", 0.0), ("w2", 0.0), ("w1", 0.0), ("w1", 1.5),
+                                 ("w3", 0.0), ("w3", 0.0), ("w2", 0.0)):
+                await asyncio.sleep(wait)  # (past the window: time, not an event)
+                reply = await nc.request("pcw.a", b"x", headers={ID: msg_id}, timeout=5)
+                got.append(json.loads(reply.data))
+            return got
+        finally:
+            await nc.close()
+
+    ours, theirs = [await run(srv) for srv in servers]
+    assert ours == theirs
+    assert [a["seq"] for a in ours] == [1, 2, 1, 3, 4, 4, 5]
+
+
+HEADER_BLOCKS = [
+    b"NATS/1.0\r\nNats-Msg-Id: abc\r\n\r\n",
+    b"NATS/1.0\r\nnats-msg-id:abc  \r\n\r\n",
+    b"NATS/1.0\r\nNATS-MSG-ID: \t a b \r\nX-Other: 1\r\n\r\n",
+    b"NATS/1.0\r\nX-Other: nats-msg-id: no\r\nNats-Msg-Id: yes\r\n\r\n",
+    b"NATS/1.0\r\nNats-Msg-Id: first\r\nNats-Msg-Id: second\r\n\r\n",
+    b"NATS/1.0\r\nNats-Msg-Id: a\r\nNats-Expected-Last-Sequence: 4\r\n\r\n",
+    b"NATS/1.0\r\n Nats-Msg-Id : padded\r\n\r\n",
+    b"NATS/1.0\r\nNats-Msg-Id: cut short",
+    b"NATS/1.0\r\nNats-Msg-Id:\r\n\r\n",
+    b"NATS/1.0\r\nNats-Msg-Id: \xff\xfe\r\n\r\n",
+    b"NATS/1.0\r\nX-Only: 1\r\n\r\n",
+    b"NATS/1.0 408 Timeout\r\n\r\n",
+    b"NATS/1.0\r\nNats-Msg-Idx: 1\r\n\r\n",
+    b"NATS/1.0\r\nNats-TTL: 5s\r\nnats-msg-id: x\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("block", HEADER_BLOCKS)
+def test_the_fields_a_stream_judges_are_those_of_the_full_header_reading(block: bytes) -> None:
+    """jetstream_fields (an id alone read without splitting the block) gives the Nats-*
+    fields header_fields gives, whatever the spelling."""
+    full = {k: v for k, v in header_fields(block).items() if k.startswith("nats-")}
+    assert jetstream_fields(block) == full
