@@ -9,6 +9,8 @@ stream created fresh for each run:
 
 - publish with acks, one synchronous publisher (each PubAck awaited);
 - publish with acks, asynchronous, at most 256 PubAcks outstanding;
+- the same with a unique `Nats-Msg-Id` on each message (100 B; what a Spark write with a
+  message id column sends), the duplicate window's cost beside the plain row's;
 - pull consume with explicit acks, fetch batch 500 (the stream filled first, not timed);
 - push consume with explicit acks (a durable push consumer);
 - the two publish workloads on tidings with `sync_interval: always` (every write fsync'd
@@ -27,6 +29,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -52,13 +55,22 @@ from benchmarks.compare import (  # noqa: E402
     report,
     running,
 )
-from tidings.bench.jetstream import run_jetstream  # noqa: E402
+from tidings.bench.jetstream import (  # noqa: E402
+    SID_ACKS,
+    Frame,
+    JsConn,
+    prepare_stream,
+    run_jetstream,
+    windowed,
+)
+from tidings.bench.procstat import CpuWindow  # noqa: E402
 from tidings.bench.results import ThroughputResult  # noqa: E402
 from tidings.bench.runner import Spec  # noqa: E402
-from tidings.bench.settings import JetStreamSettings, Settings  # noqa: E402
-from tidings.bench.wire import ProtocolError  # noqa: E402
+from tidings.bench.settings import JetStreamSettings, ProgressFn, Settings  # noqa: E402
+from tidings.bench.wire import ProtocolError, make_payload  # noqa: E402
 
 SIZE = 128
+ID_SIZE = 100  # the msg-id row's payload
 TARGET = 0.5  # of the reference, each row (issue 24)
 ALWAYS = "tidings (sync always)"
 
@@ -70,6 +82,7 @@ class Shape:
     workload: str  # js-pub or js-sub
     jetstream: JetStreamSettings
     consume: bool = False  # messages: --consume-msgs (the stream filled first), not --msgs
+    msg_ids: bool = False  # each publish with a Nats-Msg-Id of its own
 
 
 def _js(name: str, **kw: object) -> JetStreamSettings:
@@ -80,6 +93,7 @@ def _js(name: str, **kw: object) -> JetStreamSettings:
 SHAPES = {
     "js-pub-sync": Shape("js-pub", _js("pub_sync", window=1)),
     "js-pub-async": Shape("js-pub", _js("pub_async", window=256)),
+    "js-pub-msgid": Shape("js-pub", _js("pub_msgid", window=256), msg_ids=True),
     "js-pull": Shape("js-sub", _js("pull", batch=500), consume=True),
     "js-push": Shape("js-sub", _js("push", push=True), consume=True),
 }
@@ -90,6 +104,8 @@ CHECKS = (
           TARGET),
     Check("JS pub, acks, async ×256 128 B", Spec("js-pub-async", SIZE), "msgs_per_s", "msgs/s",
           TARGET),
+    Check(f"JS pub async ×256, Nats-Msg-Id {ID_SIZE} B", Spec("js-pub-msgid", ID_SIZE),
+          "msgs_per_s", "msgs/s", TARGET),
     Check("JS pull, acks, batch 500 128 B", Spec("js-pull", SIZE), "msgs_per_s", "msgs/s",
           TARGET),
     Check("JS push, acks 128 B", Spec("js-push", SIZE), "msgs_per_s", "msgs/s", TARGET),
@@ -114,15 +130,17 @@ def servers(store: Path) -> tuple[Server, Server, Server]:
 
 # -- measuring ---------------------------------------------------------------------------------
 
-def run_one(server: Server, name: str, settings: Settings, display: Display) -> ThroughputResult:
+def run_one(server: Server, name: str, size: int, settings: Settings, display: Display
+            ) -> ThroughputResult:
     """One run of the workload `name` on `server`; a failure is a result with its error."""
     shape = SHAPES[name]
     side = replace(settings, endpoint=server.endpoint, server_pid=server.pid,
                    jetstream=shape.jetstream)
     try:
-        result = run_jetstream(shape.workload, SIZE, side, display)
+        result = (publish_with_ids(size, side, display) if shape.msg_ids
+                  else run_jetstream(shape.workload, size, side, display))
     except (OSError, ProtocolError) as e:
-        result = ThroughputResult(name, SIZE, 0, 0, 0, 0.0, errors=[str(e)])
+        result = ThroughputResult(name, size, 0, 0, 0, 0.0, errors=[str(e)])
     result.workload = name
     if not server.alive():
         result.errors.append(f"server died:\n{server.log_tail()}")
@@ -143,9 +161,63 @@ def measure(pairs: list[tuple[Server, str, Spec]], repeat: int, settings: Settin
                 if not server.alive():
                     display.end(f"{title}: [red]server is not running[/red]")
                     continue
-                result = run_one(server, name, replace(settings, msgs=msgs), display)
+                result = run_one(server, name, spec.size, replace(settings, msgs=msgs), display)
                 runs.append(Run(side, spec, result))
                 display.end(f"  {title:<58} {describe(result, checks[spec])}")
+
+
+def id_frames(conn: JsConn, subject: str, size: int, count: int) -> list[bytes]:
+    """`count` publishes (HPUB, the PubAck to the ack inbox), each with a Nats-Msg-Id of
+    its own (a run's tag and the message's number)."""
+    payload, tag = make_payload(size), os.urandom(4).hex().encode()
+    head = b"HPUB %s %s " % (subject.encode(), conn.ack_inbox)
+    frames = []
+    for i in range(count):
+        hdr = b"NATS/1.0\r\nNats-Msg-Id: %s-%012d\r\n\r\n" % (tag, i)
+        frames.append(b"%s%d %d\r\n%s%s\r\n" % (head, len(hdr), len(hdr) + size, hdr,
+                                                   payload))
+    return frames
+
+
+def publish_with_ids(size: int, settings: Settings, progress: ProgressFn) -> ThroughputResult:
+    """js-pub (window settings.jetstream.window) with a unique Nats-Msg-Id on each message,
+    on a stream made fresh; timed as js-pub is, the frames made before."""
+    js = settings.jetstream
+    conn = JsConn(settings.endpoint, "tidings-bench-js-pub-msgid", settings.timeout)
+    acked, refused = [0], [""]
+    try:
+        prepare_stream(conn, js)
+        frames = id_frames(conn, js.subject, size, settings.msgs)
+        window = CpuWindow(settings.server_pid)
+        window.start()
+        sent = windowed(conn, frames, js.window, settings.msgs, settings.duration,
+                        counter(acked, refused), lambda done, _: progress(done, acked[0]),
+                        lambda n: f"no PubAck for {conn.timeout:.0f}s ({acked[0]} of {n})")
+        window.stop()
+        conn.api(f"STREAM.DELETE.{js.stream}")
+    finally:
+        conn.close()
+    result = ThroughputResult("js-pub", size, 0, sent, acked[0], window.wall)
+    if window.wall > 0:
+        result.pub_cpu = window.own / window.wall
+        result.server_cpu = window.server_cores()
+        result.other_cpu = window.other_cores(0.0)
+    if refused[0]:
+        result.errors.append(f"{sent - acked[0]} publishes refused: {refused[0][:200]}")
+    return result
+
+
+def counter(acked: list[int], refused: list[str]) -> Callable[[list[Frame]], int]:
+    """windowed's `take`: PubAcks counted in acked[0], the first refusal kept in refused[0]."""
+    def take(frames: list[Frame]) -> int:
+        answers = [f for f in frames if f[0] == SID_ACKS]
+        for _, _, headers, data in answers:
+            if b'"error"' in data or headers.startswith(b"NATS/1.0 503"):
+                refused[0] = refused[0] or (data or headers).decode(errors="replace")
+            else:
+                acked[0] += 1
+        return len(answers)
+    return take
 
 
 def warm_up(servers: list[Server], settings: Settings) -> None:
@@ -222,10 +294,10 @@ def main(argv: list[str] | None = None) -> int:
             return failed
     verdicts = judge(with_reference_rows(runs), checks)
     footer = (f"median of {args.repeat} run(s) per server, {args.duration:g} s each at most "
-              f"({args.msgs:,} msgs to publish, {args.consume_msgs:,} to consume), {SIZE} B, "
-              f"file storage; the sync-always rows: tidings with `jetstream {{ sync_interval: "
-              f"always }}` against the reference's default; srv cpu = server CPU in % of one "
-              f"core; {os.cpu_count()} cpus; {time.monotonic() - started:.0f} s in all")
+              f"({args.msgs:,} msgs to publish, {args.consume_msgs:,} to consume), {SIZE} B "
+              f"({ID_SIZE} B with msg ids), file storage; the sync-always rows: tidings with "
+              f"`jetstream {{ sync_interval: always }}` against the reference's default; srv "
+              f"cpu = server CPU in % of one core; {os.cpu_count()} cpus; {time.monotonic() - started:.0f} s in all")
     return report(verdicts, runs, (reference, tidings, always), footer,
                   {"repeat": args.repeat, "duration": args.duration, "msgs": args.msgs,
                    "consume_msgs": args.consume_msgs, "size": SIZE}, args, console)

@@ -314,6 +314,7 @@ class Stream:
         else:
             self.store = MemoryStore(config.get("first_seq") or 1)
         self.msg_ids: OrderedDict[str, tuple[int, int]] = OrderedDict()  # id -> (seq, ts)
+        self.last_msg_id = ""  # the Nats-Msg-Id of the message stored last ("": none)
         self.subs: list[Any] = []  # its subscriptions in the account (api.py)
         self.consumers: dict[str, Any] = {}  # name -> consumer.Consumer
         self.store.on_remove = self._removed
@@ -438,6 +439,8 @@ class Stream:
         """(A new configuration: its transforms made once.)"""
         self._config = config
         self.removes_acked = config["retention"] != "limits"  # (acks remove messages)
+        self._window = config.get("duplicate_window") or 0
+        self._ids_due = 0  # when the oldest id leaves the window (0: to be found out)
         given = config.get("subject_transform") or {}
         self._input = transform_for(given.get("src") or ">", given["dest"]) \
             if given.get("dest") else None
@@ -449,36 +452,26 @@ class Stream:
                 ts: int | None = None, at_seq: int = 0) -> dict[str, Any]:
         """Store a captured message; the PubAck's body (errors.ApiError when refused).
         A mirror's copy (sourcing.py) comes with its origin's time and sequence (`at_seq`):
-        stored as it is, its publish headers not judged again."""
+        stored as it is, its publish headers not judged again. A publish's headers are
+        judged in the reference's order (see _judge)."""
         cfg = self.config
         if self._input is not None:
             subject = _mapped(self._input, subject)
-        fields = header_fields(headers) if headers else {}
-        msg_id = fields.get("nats-msg-id") if not at_seq else None
-        if msg_id:
-            self._expire_ids()
-            seen = self.msg_ids.get(msg_id)
-            if seen is not None:
-                return {"stream": self.name, "seq": seen[0], **self._domain(),
-                        "duplicate": True}
+        fields = jetstream_fields(headers) if headers else {}
         if cfg.get("sealed"):
             raise errors.STREAM_SEALED()
         max_size = cfg["max_msg_size"]
         if max_size > 0 and len(data) + len(headers or b"") > max_size:
             raise errors.STREAM_MESSAGE_EXCEEDS_MAXIMUM()
-        rollup = None
+        msg_id = rollup = None
         ttl = 0
         if fields and at_seq:
             ttl = self._copied_ttl(fields)
         elif fields:
-            ttl, headers = self._ttl(fields, headers)
-            self._check_expected(subject, fields)
-            rollup = fields.get("nats-rollup")
-            if rollup is not None:
-                if not cfg.get("allow_rollup_hdrs"):
-                    raise errors.STREAM_ROLLUP_FAILED(err="rollup not permitted")
-                if rollup not in ("sub", "all"):
-                    raise errors.STREAM_ROLLUP_FAILED(err=f'rollup value invalid: "{rollup}"')
+            judged = self._judge(subject, fields, headers)
+            if isinstance(judged, dict):
+                return judged  # a duplicate's PubAck
+            msg_id, rollup, ttl, headers = judged
         store = self.store
         if cfg["discard"] == "new":
             self._refuse_when_full(len(subject) + len(headers or b"") + len(data), subject)
@@ -503,6 +496,7 @@ class Stream:
             self.never.add(msg.seq)
         if msg_id:
             self.msg_ids[msg_id] = (msg.seq, msg.ts)
+        self.last_msg_id = fields.get("nats-msg-id") or ""
         try:  # (removals: one that does not fit, a full disk, leaves the message stored)
             if rollup is not None:  # only this message stays (of its subject, or of all)
                 self.purge(subject if rollup == "sub" else None, msg.seq, 0)
@@ -536,25 +530,74 @@ class Stream:
         self.republished(target, base + added.encode() + b"\r\n",
                          b"" if headers_only else msg.data)
 
-    def _ttl(self, fields: dict[str, str], headers: bytes | None) -> tuple[int, bytes | None]:
-        """A publish's `Nats-TTL` in seconds (0: none, -1: never), checked as the reference
-        does; raised to the subject delete markers' TTL (the header rewritten) when below."""
+    def _judge(self, subject: str, fields: dict[str, str], headers: bytes | None
+               ) -> dict[str, Any] | tuple[str | None, str | None, int, bytes | None]:
+        """A publish's headers judged in the reference's order: Nats-Expected-Stream,
+        Nats-TTL where TTLs are not allowed, the expected last sequences (on the subject,
+        then of the stream), the duplicate window (a duplicate's PubAck is returned),
+        Nats-Expected-Last-Msg-Id, Nats-Rollup, the TTL's value. What passes: the
+        message's id, its rollup, its TTL (seconds; -1: never) and its headers (a TTL
+        raised to the subject delete markers' rewritten)."""
+        msg_id = fields.get("nats-msg-id") or None
+        if msg_id is not None and len(fields) == 1:  # an id alone: nothing else to judge
+            duplicate = self._duplicate(msg_id)
+            return duplicate if duplicate is not None else (msg_id, None, 0, headers)
+        expected = fields.get("nats-expected-stream")
+        if expected and expected != self.name:
+            raise errors.STREAM_NOT_MATCH()
+        ttl, invalid = self._ttl_of(fields)
+        self._check_last_sequences(subject, fields)
+        if msg_id:
+            duplicate = self._duplicate(msg_id)
+            if duplicate is not None:
+                return duplicate
+        last_id = fields.get("nats-expected-last-msg-id")
+        if last_id and last_id != self.last_msg_id:
+            raise errors.STREAM_WRONG_LAST_MSG_ID(id=self.last_msg_id)
+        rollup = self._rollup(fields)
+        if invalid is not None:
+            raise invalid
+        return msg_id, rollup, ttl, self._marker_ttl(ttl, headers)
+
+    def _ttl_of(self, fields: dict[str, str]) -> tuple[int, errors.ApiError | None]:
+        """A publish's `Nats-TTL` in seconds (0: none, -1: never) and why its value is
+        invalid (judged later); refused at once where TTLs are not allowed."""
         value = fields.get("nats-ttl")
         if value is None:
-            return 0, headers
+            return 0, None
         try:
             ttl, invalid = message_ttl(value), None
         except errors.ApiError as exc:
             ttl, invalid = 0, exc
         if ttl and not self.config.get("allow_msg_ttl"):
             raise errors.MESSAGE_TTL_DISABLED()
-        if invalid is not None:
-            raise invalid
+        return ttl, invalid
+
+    def _marker_ttl(self, ttl: int, headers: bytes | None) -> bytes | None:
+        """The headers with a TTL below the subject delete markers' raised to theirs."""
         marker_ttl = (self.config.get("subject_delete_marker_ttl") or 0) // NS
         if 0 < ttl < marker_ttl and self.config["max_msgs_per_subject"] != 1:
-            ttl = marker_ttl
-            headers = replace_header(headers or b"", "Nats-TTL", str(ttl))
-        return ttl, headers
+            return replace_header(headers or b"", "Nats-TTL", str(marker_ttl))
+        return headers
+
+    def _rollup(self, fields: dict[str, str]) -> str | None:
+        rollup = fields.get("nats-rollup")
+        if rollup is not None:
+            if not self.config.get("allow_rollup_hdrs"):
+                raise errors.STREAM_ROLLUP_FAILED(err="rollup not permitted")
+            if rollup not in ("sub", "all"):
+                raise errors.STREAM_ROLLUP_FAILED(err=f'rollup value invalid: "{rollup}"')
+        return rollup
+
+    def _duplicate(self, msg_id: str) -> dict[str, Any] | None:
+        """The PubAck of a publish whose id is in the duplicate window (None: it is not)."""
+        ids = self.msg_ids
+        if ids and time.time_ns() >= self._ids_due:
+            self._expire_ids()
+        seen = ids.get(msg_id)
+        if seen is None:
+            return None
+        return {"stream": self.name, "seq": seen[0], **self._domain(), "duplicate": True}
 
     def _copied_ttl(self, fields: dict[str, str]) -> int:
         """A mirrored message's TTL, kept where the mirror allows TTLs (0 where not, or
@@ -645,6 +688,9 @@ class Stream:
                     found.append((msg_id, seq, msg.ts))
         for msg_id, seq, ts in reversed(found):
             self.msg_ids.setdefault(msg_id, (seq, ts))
+        self._ids_due = 0
+        if found and found[0][1] == store.last_seq:
+            self.last_msg_id = found[0][0]
 
     def restore_ttls(self) -> None:
         """The TTLs of a recovered stream's messages, read again from their headers."""
@@ -694,6 +740,7 @@ class Stream:
                       len(lost), exc.strerror)
             self.msg_ids = OrderedDict((k, v) for k, v in self.msg_ids.items()
                                        if v[0] not in lost)
+            self._ids_due = 0
             self.ttls = [entry for entry in self.ttls if entry[1] not in lost]
             heapq.heapify(self.ttls)
             self.never -= lost
@@ -734,34 +781,35 @@ class Stream:
         if cfg["max_bytes"] > 0 and store.bytes + size > cfg["max_bytes"]:
             raise errors.STREAM_STORE_FAILED(err="maximum bytes exceeded")
 
-    def _check_expected(self, subject: str, fields: dict[str, str]) -> None:
-        expected = fields.get("nats-expected-stream")
-        if expected and expected != self.name:
-            raise errors.STREAM_NOT_MATCH()
-        last = fields.get("nats-expected-last-sequence")
-        if last is not None and last.isdigit() and int(last) != self.store.last_seq:
-            raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=self.store.last_seq)
+    def _check_last_sequences(self, subject: str, fields: dict[str, str]) -> None:
+        """Nats-Expected-Last-Subject-Sequence (on its -Subject, if given), then
+        Nats-Expected-Last-Sequence: a value that is no number matches no sequence."""
         per_subject = fields.get("nats-expected-last-subject-sequence")
-        if per_subject is not None and per_subject.isdigit():
-            found = last_on(self.store, fields.get(
-                "nats-expected-last-subject-sequence-subject") or subject)
+        on_subject = fields.get("nats-expected-last-subject-sequence-subject")
+        if per_subject:
+            found = last_on(self.store, on_subject or subject)
             have = found.seq if found is not None else 0
-            if int(per_subject) != have:
+            if _sequence(per_subject) != have:
                 raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=have)
-        last_id = fields.get("nats-expected-last-msg-id")
-        if last_id is not None:
-            newest = next(reversed(self.msg_ids), "") if self.msg_ids else ""
-            if last_id != newest:
-                raise errors.STREAM_WRONG_LAST_MSG_ID(id=newest)
+        elif on_subject:
+            raise errors.STREAM_EXPECTED_LAST_SEQ_PER_SUBJECT_INVALID()
+        last = fields.get("nats-expected-last-sequence")
+        if last and _sequence(last) != self.store.last_seq:
+            raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=self.store.last_seq)
 
     def _expire_ids(self) -> None:
-        cutoff = time.time_ns() - self.config.get("duplicate_window", 0)
+        """The ids older than the duplicate window forgotten; when the next one goes noted."""
+        window = self._window
+        cutoff = time.time_ns() - window
         ids = self.msg_ids
         while ids:
             first = next(iter(ids))
-            if ids[first][1] >= cutoff:
-                break
+            ts = ids[first][1]
+            if ts >= cutoff:
+                self._ids_due = ts + window
+                return
             del ids[first]
+        self._ids_due = 0
 
     # -- what it says of itself -----------------------------------------------------------------
     def state(self, subjects: dict[str, int] | None = None,
@@ -831,6 +879,28 @@ def stored_message(msg: StoredMsg, with_headers: bool = True) -> dict[str, Any]:
         out["data"] = base64.b64encode(msg.data).decode()
     out["time"] = go_time(msg.ts, utc=True)
     return out
+
+
+def jetstream_fields(block: bytes) -> dict[str, str]:
+    """The `Nats-*` fields of a publish's header block by lower-case name, each with its
+    first value, as header_fields reads them (what a stream judges a publish by). A block
+    whose only such field is its Nats-Msg-Id (a publish with an id, the common kind) is
+    read without splitting it into lines."""
+    lowered = block.lower()
+    at = lowered.find(b"\r\nnats-msg-id:")
+    if at >= 0 and lowered.count(b"nats-") == 1:
+        end = block.find(b"\r\n", at + 14)
+        value = block[at + 14:end] if end >= 0 else block[at + 14:]
+        return {"nats-msg-id": value.strip().decode(errors="replace")}
+    if b"nats-" not in lowered:
+        return {}
+    return {name: value for name, value in header_fields(block).items()
+            if name.startswith("nats-")}
+
+
+def _sequence(value: str) -> int:
+    """An expected sequence header's value; -1 (no sequence) where it is no number."""
+    return int(value) if value.isascii() and value.isdigit() else -1
 
 
 def _is_delete_marker(headers: bytes | None) -> bool:

@@ -162,6 +162,10 @@ _SERVER_OPS: tuple[tuple[bytes, str], ...] = (
 _INCOMPLETE = -1
 _BAD = -2
 _RESTART = -3  # from _slow_op: the rest of the buffer is to be parsed anew (after CONNECT)
+_SLOW = -4  # from _fast_hpub: an HPUB for _slow_op (an error, or blanks of other kinds)
+# The operation the compiled scanner walks runs of, by scan_mode: it stops at once at any
+# other (so it is not called for an HPUB, a SUB, ...).
+_SCAN_OPS = (b"PUB ", b"MSG ", b"RMSG ")
 
 
 def _classify(
@@ -342,7 +346,8 @@ class ClientOpParser(_Framer):
         max_payload = self.max_payload
         interest = self._interest
         while pos < n:
-            if interest is not None and self.bulk and not self.awaiting_connect:
+            if (interest is not None and self.bulk and not self.awaiting_connect
+                    and buf.startswith(_SCAN_OPS[self.scan_mode], pos)):
                 ops: list[tuple[bytes, bytes | None, bytes]] = []
                 mode = self.scan_mode
                 pos, skipped, skipped_bytes = scan_pubs(  # type: ignore[misc]
@@ -396,12 +401,56 @@ class ClientOpParser(_Framer):
                             on_pub(subject, reply, buf[start:end])
                             pos = end + 2
                             continue
+            elif buf.startswith(b"HPUB ", pos) and self.headers and not self.awaiting_connect:
+                nxt = self._fast_hpub(buf, pos, n)
+                if nxt >= 0:
+                    pos = nxt
+                    continue
+                if nxt == _INCOMPLETE:
+                    return False
             pos = self._slow_op(buf, pos, n)
             if pos < 0:
                 return pos == _RESTART
         if pos < n:
             self._hold_partial(buf, pos, n)
         return False
+
+    def _fast_hpub(self, buf: bytes, pos: int, n: int) -> int:
+        """The fast path of "HPUB <subject> [reply] <hdr size> <size>\\r\\n" (a publish with
+        headers, as the PUB fast path reads a PUB): the next position, _INCOMPLETE while
+        its payload is still to come, or _SLOW for _slow_op (errors, odd blanks)."""
+        eol = buf.find(b"\n", pos)
+        if eol < 0 or buf[eol - 1] != 13:
+            return _SLOW
+        arg = buf[pos + 5 : eol - 1]
+        if len(arg) > self.max_control_line or 13 in arg or 11 in arg or 12 in arg:
+            return _SLOW
+        parts = arg.split()
+        if len(parts) == 3:
+            subject, hdb, szb = parts
+            reply = None
+        elif len(parts) == 4:
+            subject, reply, hdb, szb = parts
+        else:
+            return _SLOW
+        if not (hdb.isdigit() and szb.isdigit() and len(hdb) <= 9 and len(szb) <= 9):
+            return _SLOW
+        hdr, size = int(hdb), int(szb)
+        if hdr > size or size > self.max_payload:
+            return _SLOW
+        if self.pedantic and not is_valid_literal_subject(subject):
+            self.handler.on_soft_error(INVALID_PUBLISH_SUBJECT)
+        start = eol + 1
+        end = start + size
+        if end + 2 > n:
+            if end < n and buf[end] != 13:
+                raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
+            self._wait_payload(buf, start, size, (b"HPUB", subject, reply, hdr, size))
+            return _INCOMPLETE
+        if buf[end] != 13 or buf[end + 1] != 10:
+            raise ProtocolError(UNKNOWN_PROTOCOL_OPERATION)
+        self.handler.on_hpub(subject, reply, hdr, buf[start:end])
+        return end + 2
 
     def _routed_run(self, ops: list[Any], mode: int) -> None:
         on_routed = self.handler.on_routed  # type: ignore[attr-defined]

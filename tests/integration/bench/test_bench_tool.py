@@ -293,8 +293,8 @@ def test_jetstream_comparison_has_every_row(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
     assert [c["workload"] for c in doc["checks"]] == [
-        "js-pub-sync", "js-pub-async", "js-pull", "js-push", "js-pub-sync-always",
-        "js-pub-async-always"]
+        "js-pub-sync", "js-pub-async", "js-pub-msgid", "js-pull", "js-push",
+        "js-pub-sync-always", "js-pub-async-always"]
     for check in doc["checks"]:
         assert check["reference"] and check["tidings"] and check["ratio"], check
     for run in doc["runs"]:
