@@ -417,6 +417,7 @@ def _demo(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str],
     return proc, figures
 
 
+@pytest.mark.timeout(600)  # (Spark starts in the demo's own process)
 def test_the_demo_runs_on_jetstream(spark, tmp_path):
     """By default the demo starts a server with JetStream, feeds a stream, reads it and
     stores the window updates in a stream: each run of its two is counted from there."""
@@ -447,6 +448,7 @@ def _js_state(url: str, stream: str) -> dict[str, Any]:
     return asyncio.run(run())
 
 
+@pytest.mark.timeout(600)  # (Spark starts in the demo's own process)
 def test_the_demo_on_a_users_nats_server_makes_the_streams_it_lacks(tmp_path):
     from tests.harness import start_reference
 
