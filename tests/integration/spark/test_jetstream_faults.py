@@ -337,10 +337,10 @@ def test_a_task_whose_python_worker_dies_mid_read_is_retried_exactly_once(
     gate.mkdir()
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
            "PYSPARK_DRIVER_PYTHON": sys.executable, "TEST_ROOT": str(Path(__file__).resolve().parents[3])}
+    log = (tmp_path / "driver.log").open("w")  # (a file: a pipe nobody reads may fill)
     driver = subprocess.Popen(
         [sys.executable, "-c", RETRYING_READ, js_server.url, ",".join(streams.values()),
-         str(gate), str(out), READ_TIMEOUT],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+         str(gate), str(out), READ_TIMEOUT], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         try:
             wait_until(lambda: (gate / "reached-0").exists() and (gate / "reached-1").exists()
@@ -350,12 +350,13 @@ def test_a_task_whose_python_worker_dies_mid_read_is_retried_exactly_once(
                 os.kill(pid, signal.SIGKILL)
         finally:
             (gate / "go").touch()
-        output, _ = driver.communicate(timeout=300)
+        driver.wait(timeout=300)
     finally:
         if driver.poll() is None:
             driver.kill()
             driver.wait()
-    assert driver.returncode == 0, output[-4000:]
+        log.close()
+    assert driver.returncode == 0, (tmp_path / "driver.log").read_text()[-4000:]
     assert len(killed) == 2  # each task's reader, connected, in the middle of its range
     # each task failed once and its second attempt read the whole partition again
     assert {p.name for p in gate.glob("attempt-*")} == {"attempt-1-0", "attempt-1-1"}
