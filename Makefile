@@ -22,8 +22,10 @@ $(STAMP): $(PY) $(SOURCES)
 	$(PY) -m pip install -q -e '.[test,sql,spark]'
 	touch $(STAMP) $(RUN_STAMP)
 
+# The server with NATS Streaming on a file store under ./data and JetStream on, its store
+# under ./data/jetstream (tests/integration/spark/test_pipeline.py starts this command line).
 run: $(RUN_STAMP)
-	$(VENV)/bin/tidings server --addr 0.0.0.0 --port 4222 --store file --dir ./data
+	$(VENV)/bin/tidings server --addr 0.0.0.0 --port 4222 --store file --dir ./data --jetstream --store_dir ./data
 
 # Two workers (pytest-xdist, a file's tests on one worker), then the tests marked serial
 # alone (the markers in pyproject.toml; tests/harness/__init__.py says which and why).
@@ -59,6 +61,8 @@ bench-spark: $(STAMP)
 	$(PY) benchmarks/spark_jetstream.py
 	$(PY) benchmarks/spark_write.py
 
+# The pipeline on JetStream (a server it starts, streams EVENTS and RESULTS); add
+# --channels events for the NATS Streaming one.
 pipeline-demo: $(STAMP)
 	$(VENV)/bin/tidings pipeline --demo --duration 60
 

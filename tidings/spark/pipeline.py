@@ -1,9 +1,11 @@
-"""`tidings pipeline`: windowed aggregates of JSON events from streaming channels.
+"""`tidings pipeline`: windowed aggregates of JSON events from streaming channels or
+JetStream streams.
 
-    events (channels) --> parse JSON --> watermark --> per key and event-time window:
-                                                      count, sum, avg, min, max of `value`
+    events (channels, or --stream) --> parse JSON --> watermark --> per key and event-time
+                                       window: count, sum, avg, min, max of `value`
         --> Parquet files (final windows, once the watermark has passed them; exactly once)
-        --> results channel (every update of a window as JSON; at least once)
+        --> results channel, subject or stream (every update of a window as JSON; at least
+            once)
 
 An event is a JSON object such as `{"key": "sensor-7", "value": 21.5, "ts": "2026-01-02T03:04:05Z"}`
 (`ts` may also be epoch milliseconds; without it the time the server stored the message is
@@ -49,6 +51,8 @@ from tidings.spark.options import (
 )
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
+DEMO_STREAM = "EVENTS"  # the stream the demo feeds and reads (subjects events.>)
+DEMO_RESULTS_STREAM = "RESULTS"  # the stream the demo makes for the results subject
 
 
 @dataclass
@@ -512,6 +516,7 @@ def _config_from_args(args: argparse.Namespace) -> PipelineConfig:
     if args.cluster_id:
         extra.setdefault("clusterId", args.cluster_id)
     demo = getattr(args, "demo", False)
+    on_jetstream = demo and demo_on_jetstream(args)
     window = args.window or ("5 seconds" if demo else "10 seconds")
     watermark = args.watermark or ("5 seconds" if demo else "30 seconds")
     trigger = args.trigger or ("2 seconds" if demo else "5 seconds")
@@ -524,14 +529,25 @@ def _config_from_args(args: argparse.Namespace) -> PipelineConfig:
     checkpoint = args.checkpoint or f"{base}/checkpoint"
     return PipelineConfig(
         url=args.url or DEFAULT_URL,
-        channels=tuple(c.strip() for c in args.channels.split(",") if c.strip()),
-        streams=tuple(c.strip() for c in (args.streams or "").split(",") if c.strip()),
+        channels=_names(args.channels or "events"),
+        streams=_names(args.streams or (DEMO_STREAM if on_jetstream else "")),
         output=output, checkpoint=checkpoint,
-        results_channel=args.results_channel or None, results_target=args.results_target,
+        results_channel=args.results_channel or None,
+        results_target=args.results_target or ("jetstream" if on_jetstream else "streaming"),
         key_field=args.key_field, value_field=args.value_field, time_field=args.time_field,
         window=window, slide=args.slide, watermark=watermark, trigger=trigger,
         max_messages_per_trigger=args.max_per_trigger, source_options=extra,
     )
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(c.strip() for c in text.split(",") if c.strip())
+
+
+def demo_on_jetstream(args: argparse.Namespace) -> bool:
+    """Whether `--demo` runs on JetStream: unless `--channels` is given (and `--streams`
+    is not), which keeps the NATS Streaming demo."""
+    return bool(args.streams) or args.channels is None
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -540,9 +556,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"NATS server with streaming (default {DEFAULT_URL}; with --demo "
                              "and no --url a tidings server is started)")
     parser.add_argument("--cluster-id", default=None, help="streaming cluster id (test-cluster)")
-    parser.add_argument("--channels", default="events", help="comma-separated event channels")
-    parser.add_argument("--streams", default=None,
-                        help="comma-separated JetStream streams to read instead of channels")
+    parser.add_argument("--channels", default=None,
+                        help="comma-separated event channels (default events; with --demo: "
+                             "the demo on NATS Streaming channels instead of JetStream)")
+    parser.add_argument("--streams", "--stream", dest="streams", default=None,
+                        help="comma-separated JetStream streams to read instead of channels "
+                             f"(the demo's default: {DEMO_STREAM})")
     parser.add_argument("--output", default=None,
                         help="Parquet directory of the final windows (default "
                              "pipeline-out/results; demo: a new pipeline-out/demo-* directory)")
@@ -552,9 +571,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results-channel", default="results",
                         help="where window updates are published ('' to turn off)")
     parser.add_argument("--results-target", choices=("streaming", "core", "jetstream"),
-                        default="streaming",
-                        help="streaming: a channel; core: a subject; jetstream: the stream "
-                             "that takes the subject --results-channel names")
+                        default=None,
+                        help="streaming (the default; the JetStream demo's: jetstream): a "
+                             "channel; core: a subject; jetstream: the stream that takes the "
+                             "subject --results-channel names")
     parser.add_argument("--key-field", default="key")
     parser.add_argument("--value-field", default="value")
     parser.add_argument("--time-field", default="ts")
@@ -580,8 +600,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--progress-every", type=float, default=5.0)
     parser.add_argument("--demo", action="store_true",
                         help="feed generated events while the pipeline runs (starts a tidings "
-                             "server unless --url is given), stop and resume it once, and "
-                             "show the results")
+                             "server with JetStream unless --url is given; creates the streams "
+                             f"it misses: {DEMO_STREAM} on {DEMO_STREAM.lower()}.>, "
+                             f"{DEMO_RESULTS_STREAM} on the results subject), stop and resume "
+                             "it once, and show the results; with --channels: on NATS "
+                             "Streaming channels")
     parser.add_argument("--demo-rate", type=float, default=200.0, help="demo events per second")
     parser.add_argument("--demo-keys", type=int, default=8)
 
@@ -660,13 +683,16 @@ def stopped_line(batches: int) -> str:
 
 
 class DemoFeeder(threading.Thread):
-    """Publishes generated events (some out of order, a few too late) at a steady rate."""
+    """Publishes generated events (some out of order, a few too late) at a steady rate, a
+    window of them every tenth of a second, round the targets (channels, or the subjects of
+    streams); a subclass per protocol says how a window is published."""
 
-    def __init__(self, url: str, cluster_id: str, channels: tuple[str, ...], rate: float,
-                 keys: int) -> None:
+    TICK = 0.1
+
+    def __init__(self, targets: tuple[str, ...], rate: float, keys: int) -> None:
         super().__init__(name="demo-feeder", daemon=True)
-        self.url, self.cluster_id, self.channels = url, cluster_id, channels
-        self.rate, self.keys = rate, keys
+        self.targets, self.rate, self.keys = targets, rate, keys
+        self.where = ", ".join(targets)  # what it feeds, for the demo's output
         self.sent = 0
         self.halt = threading.Event()
         self.error: BaseException | None = None
@@ -682,90 +708,245 @@ class DemoFeeder(threading.Thread):
     async def _feed(self) -> None:
         import asyncio
 
-        from tidings.streaming import client as stan
-
         rnd = random.Random(7)
-        sc = await stan.connect(self.cluster_id, f"demo-feeder-{os.getpid()}", url=self.url)
+        per_tick = max(1, round(self.rate * self.TICK))
+        await self.open()
         try:
-            tick = 0.1
-            per_tick = max(1, round(self.rate * tick))
             while not self.halt.is_set():
                 began = time.monotonic()
                 now_ms = int(time.time() * 1000)
-                for _ in range(per_tick):
-                    lag = rnd.expovariate(1 / 800)  # mostly under a second or two late
-                    key = f"sensor-{rnd.randrange(self.keys)}"
-                    event = {"key": key, "value": round(rnd.gauss(20, 5), 2),
-                             "ts": now_ms - int(lag)}
-                    channel = self.channels[self.sent % len(self.channels)]
-                    await sc.publish_async(channel, json.dumps(event).encode())
-                    self.sent += 1
-                await asyncio.sleep(max(0.0, tick - (time.monotonic() - began)))
-            while sc.pub_acks_pending():
-                await asyncio.sleep(0.05)
+                window = [self.event(rnd, now_ms, self.sent + i) for i in range(per_tick)]
+                await self.publish(window)
+                self.sent += len(window)
+                await asyncio.sleep(max(0.0, self.TICK - (time.monotonic() - began)))
+            await self.drain()
         finally:
-            await sc.close()
+            await self.close()
+
+    def event(self, rnd: random.Random, now_ms: int, n: int) -> tuple[str, str, bytes]:
+        """The n-th event: (its target, its key, its JSON)."""
+        lag = rnd.expovariate(1 / 800)  # mostly under a second or two late
+        key = f"sensor-{rnd.randrange(self.keys)}"
+        event = {"key": key, "value": round(rnd.gauss(20, 5), 2), "ts": now_ms - int(lag)}
+        return self.targets[n % len(self.targets)], key, json.dumps(event).encode()
+
+    async def open(self) -> None:
+        raise NotImplementedError
+
+    async def publish(self, window: list[tuple[str, str, bytes]]) -> None:
+        raise NotImplementedError
+
+    async def drain(self) -> None:
+        """Until what was published is acknowledged."""
+
+    async def close(self) -> None:
+        raise NotImplementedError
 
 
-def _start_demo_server() -> tuple[subprocess.Popen[bytes], str]:
+class StreamingFeeder(DemoFeeder):
+    """To NATS Streaming channels (PubAcks awaited at the end)."""
+
+    def __init__(self, url: str, cluster_id: str, channels: tuple[str, ...], rate: float,
+                 keys: int) -> None:
+        super().__init__(channels, rate, keys)
+        self.url, self.cluster_id = url, cluster_id
+        self.sc: Any = None
+
+    async def open(self) -> None:
+        from tidings.streaming import client as stan
+
+        self.sc = await stan.connect(self.cluster_id, f"demo-feeder-{os.getpid()}",
+                                     url=self.url)
+
+    async def publish(self, window: list[tuple[str, str, bytes]]) -> None:
+        for channel, _, data in window:
+            await self.sc.publish_async(channel, data)
+
+    async def drain(self) -> None:
+        import asyncio
+
+        while self.sc.pub_acks_pending():
+            await asyncio.sleep(0.05)
+
+    async def close(self) -> None:
+        if self.sc is not None:
+            await self.sc.close()
+
+
+def demo_subject(pattern: str, key: str) -> str:
+    """The subject an event of `key` goes to on a stream's subject `pattern` (its
+    wildcards: the key)."""
+    return ".".join(key if token in ("*", ">") else token for token in pattern.split("."))
+
+
+class JetStreamFeeder(DemoFeeder):
+    """To JetStream streams: each event a publish to its stream's subject (`events.<key>`
+    for `events.>`) whose PubAck is awaited, a window at a time; a refusal stops it."""
+
+    def __init__(self, copts: ConnectionOptions, subjects: dict[str, str], rate: float,
+                 keys: int) -> None:
+        super().__init__(tuple(subjects.values()), rate, keys)
+        self.copts = copts
+        self.where = ", ".join(f"stream {stream} (subjects {demo_subject(pattern, '<key>')})"
+                               for stream, pattern in subjects.items())
+        self.conn: Any = None
+
+    async def open(self) -> None:
+        from tidings.spark.connection import NatsConnection
+
+        self.conn = NatsConnection(self.copts, "demo-feeder")
+        await self.conn.connect_nats()
+
+    async def publish(self, window: list[tuple[str, str, bytes]]) -> None:
+        import asyncio
+
+        from tidings.spark.connection import ConnectorError
+
+        subjects = [demo_subject(pattern, key) for pattern, key, _ in window]
+        acks = await asyncio.gather(*(
+            self.conn.nc.request(subject, data, timeout=self.copts.request_timeout)
+            for subject, (_, _, data) in zip(subjects, window, strict=True)))
+        for subject, ack in zip(subjects, acks, strict=True):
+            error = json.loads(ack.data).get("error")
+            if error:
+                raise ConnectorError(f"publish to {subject!r} refused: "
+                                     f"{error.get('description')}")
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await self.conn.close()
+
+
+@dataclass
+class DemoStreams:
+    """What the JetStream demo feeds, and where its results are stored."""
+
+    subjects: dict[str, str]  # stream -> the subject (pattern) its events go to
+    results_stream: str | None = None
+    results_from: int = 1  # the first sequence of this run's results in it
+
+
+def prepare_streams(cfg: PipelineConfig, timeout: float = 20.0) -> DemoStreams:
+    """Wait up to `timeout` s for the server (a demo's own may be starting), check that it
+    answers JetStream and create what the demo needs that it lacks: each of `cfg.streams`
+    (file storage, on `<name in lower case>.>`) and, for results stored in JetStream, a
+    stream on the results subject (DEMO_RESULTS_STREAM) unless one takes it. A
+    ConnectorError (JetStreamError) names what failed: no server, JetStream off, a
+    refusal."""
+    import asyncio
+
+    from tidings.spark.connection import NatsConnection
+
+    copts = ConnectionOptions.parse({**cfg.nats_options(Use.BATCH_READ),
+                                     "reconnectTimeout": str(timeout)})
+
+    async def run() -> DemoStreams:
+        conn = NatsConnection(copts, "demo")
+        await conn.connect_nats()
+        try:
+            return await _ensure_streams(conn.nc, cfg, copts.request_timeout)
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+async def _ensure_streams(nc: Any, cfg: PipelineConfig, timeout: float) -> DemoStreams:
+    from tidings.spark.jetstream import api
+
+    await api(nc, "INFO", None, timeout)  # (JetStream off: the error says so)
+    out = DemoStreams({})
+    for stream in cfg.streams:
+        info = await _ensure_stream(nc, stream, f"{stream.lower()}.>", timeout)
+        out.subjects[stream] = ((info.get("config") or {}).get("subjects") or [stream])[0]
+    if cfg.results_channel and cfg.results_target == "jetstream":
+        found = await api(nc, "STREAM.NAMES", {"subject": cfg.results_channel}, timeout)
+        out.results_stream = (found.get("streams") or [DEMO_RESULTS_STREAM])[0]
+        info = await _ensure_stream(nc, out.results_stream, cfg.results_channel, timeout)
+        out.results_from = int((info.get("state") or {}).get("last_seq") or 0) + 1
+    return out
+
+
+async def _ensure_stream(nc: Any, stream: str, subject: str, timeout: float
+                         ) -> dict[str, Any]:
+    """`stream`'s info; created first (file storage, on `subject`) if it does not exist."""
+    from tidings.spark.jetstream import STREAM_NOT_FOUND, JetStreamError, api
+
+    try:
+        return await api(nc, f"STREAM.INFO.{stream}", None, timeout)
+    except JetStreamError as exc:
+        if exc.err_code != STREAM_NOT_FOUND:
+            raise
+    return await api(nc, f"STREAM.CREATE.{stream}",
+                     {"name": stream, "subjects": [subject], "storage": "file"}, timeout)
+
+
+def _start_demo_server(store: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """A tidings server on a free port of 127.0.0.1, with JetStream storing under `store`
+    when given."""
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    jetstream = ["-js", "-sd", store] if store else []
     # Apart from the terminal's process group: Ctrl-C stops the demo, which then stops it.
     proc = subprocess.Popen([sys.executable, "-m", "tidings", "server", "-a", "127.0.0.1",
-                             "-p", str(port), "-q"], start_new_session=True)
+                             "-p", str(port), "-q", *jetstream], start_new_session=True)
     return proc, f"nats://127.0.0.1:{port}"
 
 
-def _demo(args: argparse.Namespace, cfg: PipelineConfig) -> int:
-    server = None
-    if not args.url:
-        server, cfg.url = _start_demo_server()
-        print(f"demo: started a tidings server at {cfg.url}", flush=True)
+def _demo_feeder(cfg: PipelineConfig, args: argparse.Namespace
+                 ) -> tuple[DemoFeeder, DemoStreams | None]:
+    """The feeder of the demo, once its server answers (and has the streams it needs)."""
+    if cfg.streams:
+        streams = prepare_streams(cfg)
+        copts = ConnectionOptions.parse(cfg.nats_options(Use.BATCH_WRITE))
+        return JetStreamFeeder(copts, streams.subjects, args.demo_rate, args.demo_keys), streams
+    from tidings.spark.stan import wait_for_streaming
+
     cluster_id = cfg.source_options.get("clusterId", "test-cluster")
-    duration = args.duration or 60.0
+    wait_for_streaming(cfg.url, clusterId=cluster_id)
+    return StreamingFeeder(cfg.url, cluster_id, cfg.channels, args.demo_rate,
+                           args.demo_keys), None
+
+
+def _demo(args: argparse.Namespace, cfg: PipelineConfig) -> int:
+    from tidings.streaming.client import StanError
+
+    server = None
+    tmp = tempfile.TemporaryDirectory(prefix="tidings-pipeline-")
+    if not args.url:
+        store = os.path.join(tmp.name, "store") if cfg.streams else None
+        server, cfg.url = _start_demo_server(store)
+        print(f"demo: started a tidings server at {cfg.url}"
+              + (" with JetStream (its store in a temporary directory)" if store else ""),
+              flush=True)
     stop = Stop()
     stop.install()
     feeder = None
     spark = None
-    tmp = tempfile.TemporaryDirectory(prefix="tidings-pipeline-")
     pause_file = os.path.join(tmp.name, "pause")
     try:
-        from .stan import wait_for_streaming
-
-        wait_for_streaming(cfg.url, clusterId=cluster_id)
-        feeder = DemoFeeder(cfg.url, cluster_id, cfg.channels, args.demo_rate, args.demo_keys)
+        try:
+            feeder, streams = _demo_feeder(cfg, args)
+        except (StanError, TimeoutError) as exc:
+            print(f"tidings pipeline: error: {exc}", file=sys.stderr, flush=True)
+            return 1
         feeder.start()
-        print(f"demo: feeding ~{args.demo_rate:g} events/s to {', '.join(cfg.channels)}; "
+        print(f"demo: feeding ~{args.demo_rate:g} events/s to {feeder.where}; "
               f"windows of {cfg.window}, watermark {cfg.watermark}, trigger {cfg.trigger}; "
               f"output {cfg.output}, checkpoint {cfg.checkpoint}", flush=True)
         conf = dict(item.split("=", 1) for item in args.conf or [])
         spark = spark_session(choose_master(args.master), conf=conf)
         stop.install()  # again: the SparkContext put its own in
         print(f"demo: {session_line(spark)}", flush=True)
-        echo = lambda s: print(f"  {s}  (fed {feeder.sent})", flush=True)  # noqa: E731
-        for phase, share in (("first run", 0.5), ("resumed from the checkpoint", 0.5)):
-            print(f"demo: {phase}", flush=True)
-            Path(pause_file).unlink(missing_ok=True)
-            queries = start(spark, cfg, pause_file)
-            deadline = time.monotonic() + duration * share
-
-            def done(deadline: float = deadline) -> bool:
-                return stop.is_set() or time.monotonic() >= deadline
-
-            log = ProgressLog(queries, echo)
-            try:
-                watch(log, done, every=args.progress_every)
-            finally:
-                stop_gracefully(queries, pause_file, stop.hurry, lambda: quiet(spark))
-                log.report()
-            if stop.is_set():
-                break
+        _demo_phases(spark, cfg, args, feeder, stop, pause_file)
         feeder.halt.set()
         feeder.join(30)
-        _summary(spark, cfg, feeder.sent)
+        if feeder.error is not None:
+            print(f"demo: the feeder stopped early: {feeder.error}", flush=True)
+        _summary(spark, cfg, feeder.sent, streams)
     finally:
         if feeder is not None:
             feeder.halt.set()
@@ -778,10 +959,35 @@ def _demo(args: argparse.Namespace, cfg: PipelineConfig) -> int:
     return 0
 
 
+def _demo_phases(spark: Any, cfg: PipelineConfig, args: argparse.Namespace,
+                 feeder: DemoFeeder, stop: Stop, pause_file: str) -> None:
+    """Half the duration, a stop, and the other half resumed from the checkpoint."""
+    duration = args.duration or 60.0
+    echo = lambda s: print(f"  {s}  (fed {feeder.sent})", flush=True)  # noqa: E731
+    for phase, share in (("first run", 0.5), ("resumed from the checkpoint", 0.5)):
+        print(f"demo: {phase}", flush=True)
+        Path(pause_file).unlink(missing_ok=True)
+        queries = start(spark, cfg, pause_file)
+        deadline = time.monotonic() + duration * share
+
+        def done(deadline: float = deadline) -> bool:
+            return stop.is_set() or time.monotonic() >= deadline
+
+        log = ProgressLog(queries, echo)
+        try:
+            watch(log, done, every=args.progress_every)
+        finally:
+            stop_gracefully(queries, pause_file, stop.hurry, lambda: quiet(spark))
+            log.report()
+        if stop.is_set():
+            break
+
+
 SUMMARY_WINDOWS = 6
 
 
-def _summary(spark: Any, cfg: PipelineConfig, fed: int) -> None:
+def _summary(spark: Any, cfg: PipelineConfig, fed: int,
+             streams: DemoStreams | None = None) -> None:
     from pyspark.sql import functions as F
 
     print(f"demo: {fed} events fed", flush=True)
@@ -809,6 +1015,12 @@ def _summary(spark: Any, cfg: PipelineConfig, fed: int) -> None:
                    .options(**cfg.nats_options(Use.BATCH_READ)).load())
         print(f"demo: {results.count()} window updates published on channel "
               f"{cfg.results_channel}", flush=True)
+    elif streams is not None and streams.results_stream:
+        stored = (spark.read.format("nats").options(**cfg.nats_options(Use.BATCH_READ))
+                  .option("streams", streams.results_stream)
+                  .option("startSequence", streams.results_from).load())
+        print(f"demo: {stored.count()} window updates stored in stream "
+              f"{streams.results_stream} (subject {cfg.results_channel})", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

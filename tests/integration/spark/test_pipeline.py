@@ -6,10 +6,12 @@ import datetime as dt
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,6 +106,19 @@ def test_cli_wiring():
     assert (cfg.output, cfg.checkpoint) == ("pipeline-out/results", "pipeline-out/checkpoint")
     demo = _config_from_args(build_parser().parse_args(["pipeline", "--demo"]))
     assert demo.output.startswith("pipeline-out/demo-") and demo.window == "5 seconds"
+    # The demo runs on JetStream unless given channels.
+    assert (demo.streams, demo.results_target) == (("EVENTS",), "jetstream")
+    stan_demo = _config_from_args(build_parser().parse_args(
+        ["pipeline", "--demo", "--channels", "ev"]))
+    assert (stan_demo.channels, stan_demo.streams, stan_demo.results_target) == (
+        ("ev",), (), "streaming")
+    for flag in ("--stream", "--streams"):
+        streams = _config_from_args(build_parser().parse_args(
+            ["pipeline", flag, "ORDERS, PAYMENTS", "--results-target", "jetstream"]))
+        assert streams.streams == ("ORDERS", "PAYMENTS")
+        assert streams.source() == {"streams": "ORDERS,PAYMENTS"}
+        assert streams.results_target == "jetstream"
+    assert cfg.streams == () and cfg.results_target == "streaming"
     for use in (Use.STREAM_READ, Use.BATCH_WRITE):
         assert cfg.nats_options(use) == {"url": "nats://h:1", "user": "u", "clusterId": "c"}
 
@@ -373,5 +388,141 @@ def test_pipeline_reads_a_jetstream_stream_and_writes_its_results_to_one(spark, 
         published = {(json.loads(bytes(r.data))["key"], json.loads(bytes(r.data))["count"])
                      for r in stored}
         assert published == {("k1", 2), ("k2", 1), ("k1", 1)}
+    finally:
+        server.stop()
+
+
+# -- the demo, on JetStream ------------------------------------------------------------------
+
+DEMO_ARGS = ("--duration", "8", "--window", "2 seconds", "--watermark", "1 second",
+             "--trigger", "1 second", "--progress-every", "2")
+
+
+def _demo(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """`tidings pipeline --demo` run briefly in `tmp_path`: the process, and the figures of
+    its summary (events fed, final windows and their directory, results stored)."""
+    proc = subprocess.run([sys.executable, "-m", "tidings", "pipeline", "--demo", *DEMO_ARGS,
+                           *args], capture_output=True, text=True, cwd=tmp_path,
+                          env=_pipeline_env(), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    figures: dict[str, Any] = {"fed": int(re.search(r"^demo: (\d+) events fed$", out, re.M)[1])}
+    windows = re.search(r"^demo: (\d+) final windows in (\S+) ", out, re.M)
+    assert windows, out
+    figures["windows"], figures["output"] = int(windows[1]), tmp_path / windows[2]
+    stored = re.search(r"^demo: (\d+) window updates stored in stream (\w+) \(subject "
+                       r"results\)$", out, re.M)
+    assert stored, out
+    figures["results"], figures["results_stream"] = int(stored[1]), stored[2]
+    return proc, figures
+
+
+@pytest.mark.timeout(600)  # (Spark starts in the demo's own process)
+def test_the_demo_runs_on_jetstream(spark, tmp_path):
+    """By default the demo starts a server with JetStream, feeds a stream, reads it and
+    stores the window updates in a stream: each run of its two is counted from there."""
+    proc, got = _demo(tmp_path)
+    assert "with JetStream" in proc.stdout
+    assert "to stream EVENTS (subjects events.<key>)" in proc.stdout
+    assert got["fed"] > 0 and got["windows"] > 0 and got["results"] > 0
+    assert got["results_stream"] == "RESULTS"
+    assert "Traceback" not in proc.stdout + proc.stderr
+    final = spark.read.parquet(str(got["output"]))
+    assert final.count() == got["windows"]
+    assert final.where("count > 0").count() == got["windows"]
+
+
+def _js_state(url: str, stream: str) -> dict[str, Any]:
+    import asyncio
+
+    import nats
+
+    async def run() -> dict[str, Any]:
+        nc = await nats.connect(url)
+        try:
+            reply = await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=5)
+            return json.loads(reply.data)
+        finally:
+            await nc.close()
+
+    return asyncio.run(run())
+
+
+@pytest.mark.timeout(600)  # (Spark starts in the demo's own process)
+def test_the_demo_on_a_users_nats_server_makes_the_streams_it_lacks(tmp_path):
+    from tests.harness import start_reference
+
+    server = start_reference(extra_args=["-js", "-sd", str(tmp_path / "js")])
+    try:
+        _, got = _demo(tmp_path, "--url", server.url)
+        events, results = _js_state(server.url, "EVENTS"), _js_state(server.url, "RESULTS")
+        assert events["config"]["subjects"] == ["events.>"]
+        assert events["config"]["storage"] == results["config"]["storage"] == "file"
+        assert results["config"]["subjects"] == ["results"]
+        assert events["state"]["messages"] == got["fed"]
+        assert results["state"]["messages"] == got["results"] > 0
+        # what Spark read left nothing behind
+        assert events["state"]["consumer_count"] == 0
+        # Once more: the streams are there, and only this run's results are counted.
+        _, again = _demo(tmp_path, "--url", server.url)
+        assert _js_state(server.url, "RESULTS")["state"]["messages"] == (
+            got["results"] + again["results"])
+    finally:
+        server.stop()
+
+
+def test_the_demo_says_so_when_the_server_has_no_jetstream(stan_server, tmp_path):
+    proc = subprocess.run(_pipeline_cmd(stan_server.url, "--demo", "--duration", "1"),
+                          capture_output=True, text=True, cwd=tmp_path, env=_pipeline_env(),
+                          timeout=120)
+    assert (proc.returncode, proc.stderr) == (
+        1, "tidings pipeline: error: no JetStream answers $JS.API.INFO (is JetStream enabled "
+           "on the server and in the account?)\n")
+
+
+def _make_run_command() -> list[str]:
+    """The command line of `make run` (the Makefile's), with this interpreter."""
+    makefile = (Path(__file__).resolve().parents[3] / "Makefile").read_text()
+    recipe = re.search(r"^run:.*\n\t(.+)$", makefile, re.M)
+    assert recipe, "no run target in the Makefile"
+    argv = shlex.split(recipe[1])
+    assert argv[0] == "$(VENV)/bin/tidings", argv
+    return [sys.executable, "-m", "tidings", *argv[1:]]
+
+
+def test_make_run_serves_streaming_and_jetstream_from_data(tmp_path):
+    """`make run`'s server, on a port of its own and 127.0.0.1: NATS Streaming answers,
+    and JetStream, both storing under ./data."""
+    import asyncio
+
+    import nats
+
+    from tests.harness import Process
+
+    argv = _make_run_command()
+    assert argv[argv.index("--port") + 1] == "4222" and "./data" in argv
+    argv[argv.index("--port") + 1] = "-1"
+    argv[argv.index("--addr") + 1] = "127.0.0.1"
+    server = Process(argv, kind="tidings", cwd=tmp_path)
+    try:
+        server.wait_for("Server is ready", timeout=60)
+        url = f"nats://127.0.0.1:{server.ports['client']}"
+        publish(url, "make-run", [b"kept"])  # streaming answers: a PubAck
+
+        async def jetstream() -> dict[str, Any]:
+            nc = await nats.connect(url)
+            try:
+                info = json.loads((await nc.request("$JS.API.INFO", b"", timeout=5)).data)
+                await nc.jetstream().add_stream(name="MAKERUN", subjects=["makerun"],
+                                                storage="file")
+                return info
+            finally:
+                await nc.close()
+
+        info = asyncio.run(jetstream())
+        assert "error" not in info and info["type"] == "io.nats.jetstream.api.v1.account_info_response"
+        assert (tmp_path / "data" / "channels").is_dir()
+        assert (tmp_path / "data" / "jetstream").is_dir()
+        assert any((tmp_path / "data" / "jetstream").rglob("MAKERUN"))
     finally:
         server.stop()
