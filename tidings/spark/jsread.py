@@ -22,6 +22,7 @@ messages stored before `min_time` are left out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -156,7 +157,8 @@ class _Batch:
 
 
 async def read_direct(nc: Client, stream: str, start: int, end: int, filters: tuple[str, ...],
-                      min_time: int, timeout: float
+                      min_time: int, timeout: float,
+        lost: asyncio.Future[ConnectionLost] | None = None
                       ) -> AsyncIterator[Columns | pa.RecordBatch]:
     """`start`..`end` through direct get batches (one filter asked of the server; more are
     applied here), in columns where the server answers so."""
@@ -179,7 +181,7 @@ async def read_direct(nc: Client, stream: str, start: int, end: int, filters: tu
                              reply=inbox, headers=_COLUMNAR)
             while True:  # (columnar replies handed on as they come)
                 try:
-                    await asyncio.wait_for(batch.arrived.wait(), timeout)
+                    await _wait(batch.arrived, timeout, lost)
                 except asyncio.TimeoutError:
                     raise JetStreamError(f"stream {stream!r}: no answer to a direct get of "
                                          f"{seq}..{end} within {timeout:g} s") from None
@@ -250,7 +252,8 @@ class _Ordered:
 
 
 async def read_consumer(nc: Client, stream: str, start: int, end: int,
-                        filters: tuple[str, ...], min_time: int, timeout: float
+                        filters: tuple[str, ...], min_time: int, timeout: float,
+        lost: asyncio.Future[ConnectionLost] | None = None
                         ) -> AsyncIterator[Columns]:
     """`start`..`end` through an ordered ephemeral push consumer, deleted at the end."""
     inbox = nc.new_inbox()
@@ -274,7 +277,7 @@ async def read_consumer(nc: Client, stream: str, start: int, end: int,
             return
         while True:
             try:
-                await asyncio.wait_for(state.wake.wait(), timeout)
+                await _wait(state.wake, timeout, lost)
             except asyncio.TimeoutError:
                 raise JetStreamError(f"stream {stream!r}: nothing delivered from sequence "
                                      f"{state.next or start} within {timeout:g} s "
@@ -295,7 +298,8 @@ async def read_consumer(nc: Client, stream: str, start: int, end: int,
 
 
 async def read_gets(nc: Client, stream: str, start: int, end: int, filters: tuple[str, ...],
-                    min_time: int, timeout: float) -> AsyncIterator[Columns]:
+                    min_time: int, timeout: float,
+        lost: asyncio.Future[ConnectionLost] | None = None) -> AsyncIterator[Columns]:
     """`start`..`end` with STREAM.MSG.GET, GET_WINDOW requests in flight (a removed message
     is a 404, passed over)."""
     seq = start
@@ -352,6 +356,25 @@ def _batches(loop: asyncio.AbstractEventLoop, read: AsyncIterator[Columns | pa.R
         yield got
 
 
+async def _wait(event: asyncio.Event, timeout: float,
+                lost: asyncio.Future[ConnectionLost] | None) -> None:
+    """`event` set; asyncio.TimeoutError after `timeout`, ConnectionLost as soon as `lost`
+    is told (the connector's clients do not reconnect: nothing else would wake the wait)."""
+    if lost is None:
+        await asyncio.wait_for(event.wait(), timeout)
+        return
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait((waiter, lost), timeout=timeout,
+                           return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if lost.done():
+        raise lost.result()
+    if not event.is_set():
+        raise asyncio.TimeoutError
+
+
 def columnar_batch(stream: str, reply: bytes, end: int, min_time: int
                    ) -> tuple[pa.RecordBatch, int]:
     """A record batch over a columnar reply's buffers (`tidings.jetstream.bulk`'s layout),
@@ -400,10 +423,12 @@ def read_stream_partition(part: Any) -> Iterator[pa.RecordBatch]:
     try:
         while True:
             try:
+                gone: asyncio.Future[ConnectionLost] = loop.create_future()
+                conn.on_lost.append(lambda err, gone=gone: gone.done() or gone.set_result(err))
                 loop.run_until_complete(conn.connect_nats())
                 read = READERS[part.hint or "get"](
                     conn.nc, rng.channel, expected, rng.end, part.subjects, part.min_time,
-                    params.read_timeout)
+                    params.read_timeout, gone)
                 try:
                     for batch in regrouped(_batches(loop, read, rng.channel),
                                            params.batch_size):
@@ -411,7 +436,8 @@ def read_stream_partition(part: Any) -> Iterator[pa.RecordBatch]:
                         expected = batch.column(1)[-1].as_py() + 1
                     return
                 finally:
-                    loop.run_until_complete(read.aclose())
+                    with contextlib.suppress(nats_errors.Error):  # (a connection gone)
+                        loop.run_until_complete(read.aclose())
             except (StanError, nats_errors.Error, OSError) as exc:
                 lost = conn.check(exc)
                 if not isinstance(lost, ConnectionLost):

@@ -21,7 +21,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -376,11 +375,7 @@ def test_a_task_whose_python_worker_dies_mid_read_is_retried_exactly_once(
 # -- without Spark: how soon a partition's read notices the restart --------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "jsread.py: a read waiting for the server's answer (a direct get batch, an ordered "
-    "consumer's next deliveries) is woken by nothing when its connection goes away (the "
-    "connector's clients do not reconnect by themselves): it resumes only once its "
-    "readTimeout has passed"))
+@pytest.mark.timeout(120)  # (readTimeout is 600 s: waiting it out is a hang, and fails)
 def test_a_partition_read_resumes_at_once_after_a_restart(js_server: Server) -> None:
     """The partition reader driven directly, stopped after its first batch (the range is
     three direct gets of 8 MiB: the next is asked after the restart), the server restarted:
@@ -391,18 +386,14 @@ def test_a_partition_read_resumes_at_once_after_a_restart(js_server: Server) -> 
     fill(js_server.url, stream, range(1, MESSAGES + 1), METHODS["direct-gets"])
     copts = ConnectionOptions.parse({"url": js_server.url})
     params = ReadParams.of(ReadOptions.parse({"streams": stream, "batchSize": "100",
-                                              "readTimeout": "30"}))
+                                              "readTimeout": "600"}))
     part = NatsPartition(SeqRange(stream, 1, MESSAGES), copts, params, PAYLOAD, kind="stream",
                          hint="direct")
     batches = read_any(part)
     first = next(batches)
     crash_and_restart(js_server)
-    began = time.monotonic()
     rest = list(batches)
-    took = time.monotonic() - began
     table = pa.Table.from_batches([first, *rest])
     assert table.column("sequence").to_pylist() == list(range(1, MESSAGES + 1))
     assert [d[:6] for d in table.column("data").to_pylist()] == [
         b"%06d" % i for i in range(1, MESSAGES + 1)]
-    # (a hang check only: the rest takes well under a second once resumed)
-    assert took < 15, f"the rest took {took:.1f} s: readTimeout (30 s) waited out"
