@@ -116,11 +116,22 @@ def encode(run: Run) -> bytes:
     """One reply holding `run` (the module's layout)."""
     count = len(run.seqs)
     columns = [array("q", run.seqs), array("q", run.stamps)]
-    for values in (run.subjects, run.headers, run.data):
-        columns.append(array("i", accumulate(map(len, values), initial=0)))
+    columns += [_offsets(run.subjects), _offsets(run.headers),
+                array("i", accumulate(map(len, run.data), initial=0))]
     if _BIG_ENDIAN:
         for column in columns:
             column.byteswap()
     sizes = [columns[k][-1] for k in (2, 3, 4)]
     return b"".join((HEADER.pack(MAGIC, count, 0, *sizes), *(c.tobytes() for c in columns),
                      b"".join(run.subjects), b"".join(run.headers), b"".join(run.data)))
+
+
+def _offsets(values: list[bytes]) -> array[int]:
+    """Where each subject (or header block) starts, and the end. (Most runs are of one
+    subject, and of messages without headers: all of the same length, counted without a
+    step per value.)"""
+    first, n = values[0], len(values)
+    if values.count(first) == n:  # (the same object, mostly: compared by identity)
+        size = len(first)
+        return array("i", range(0, (n + 1) * size, size)) if size else array("i", bytes(4 * (n + 1)))
+    return array("i", accumulate(map(len, values), initial=0))
