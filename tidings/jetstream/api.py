@@ -20,7 +20,7 @@ from ..config.accounts import JetStreamLimits
 from ..protocol.subjects import subject_matches
 from ..server import godecode
 from ..server.accounts import Account, publish_internal, subscribe_internal
-from ..server.connection import msg_frame
+from ..server.connection import Headerless, msg_frame
 from ..server.gojson import parse_go_time
 from . import errors, limits, schemas, sourcing
 from .consumer import Consumer, ephemeral_name
@@ -699,8 +699,9 @@ class JetStream:
                  data: bytes) -> None:
             subj, rep = subject.encode(), reply.encode() if reply else None
             if headers:
-                frame = msg_frame(b"HMSG ", subj, rep, headers + data, len(headers))
-                plain = msg_frame(b"MSG ", subj, rep, data)
+                whole = headers + data
+                frame = msg_frame(b"HMSG ", subj, rep, whole, len(headers))
+                plain: Headerless | None = Headerless(subj, rep, whole, len(headers))
             else:
                 frame, plain = msg_frame(b"MSG ", subj, rep, data), None
             server.route(None, target.encode(), rep, frame, plain, None, account)

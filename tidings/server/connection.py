@@ -78,6 +78,42 @@ def msg_frame(
     return op + subject, sizes + data + b"\r\n", None, size
 
 
+class Headerless:
+    """A message with headers as a receiver that did not ask for headers gets it: MSG with
+    the payload alone. Routing carries it beside the HMSG frame (see Server.route); it
+    holds what that frame is made of, and makes the frame when a delivery first needs it
+    (most receivers take headers, and the server's own subscriptions take the parts)."""
+
+    __slots__ = ("subject", "reply", "data", "hdr_len", "_frame")
+
+    def __init__(self, subject: bytes, reply: bytes | None, data: bytes, hdr_len: int) -> None:
+        self.subject = subject  # the subject the HMSG frame carries
+        self.reply = reply
+        self.data = data  # headers + payload, as the HMSG frame carries them
+        self.hdr_len = hdr_len
+        self._frame: Frame | None = None
+
+    def frame(self) -> Frame:
+        """The message as MSG (made once)."""
+        frame = self._frame
+        if frame is None:
+            frame = self._frame = msg_frame(b"MSG ", self.subject, self.reply,
+                                            self.data[self.hdr_len:])
+        return frame
+
+    def parts(self) -> tuple[bytes, bytes]:
+        """(headers, payload)."""
+        hdr_len, data = self.hdr_len, self.data
+        return data[:hdr_len], data[hdr_len:]
+
+    def renamed(self, subject: bytes, new_subject: bytes) -> Headerless:
+        """As accounts.reframe renames the HMSG frame: `new_subject` instead of the subject
+        it carries if that is `subject` (the one it was routed by)."""
+        if self.subject != subject:
+            return self
+        return Headerless(new_subject, self.reply, self.data, self.hdr_len)
+
+
 class Connection(asyncio.Protocol):
     """The server side of one TCP connection; see the module docstring."""
 
