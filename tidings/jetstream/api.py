@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..config.accounts import JetStreamLimits
@@ -809,7 +810,7 @@ class JetStream:
         for subject in stream.config.get("subjects", []):
             stream.subs.append(subscribe_internal(
                 self.server.accounts, account, subject.encode(),
-                lambda *a, s=stream: self._capture(account, s, *a)))
+                partial(self._capture, account, stream)))
         streams = self.streams.get(account, {})
         self.copier.attach(account, stream, streams)
         self.copier.origin_added(account, stream)
@@ -853,7 +854,8 @@ class JetStream:
         batch = self._batch(stream)  # a file stream: written, then acknowledged, at flush
         limits.check_publish(self.limits(account), self.streams[account].values(),
                              stream.config["storage"], size)
-        ack = stream.publish(subject, headers, data, **(how or {}))
+        ack = stream.publish(subject, headers, data) if how is None else \
+            stream.publish(subject, headers, data, **how)
         if stream.ttls or stream.config["max_age"]:
             self._arm_expiry(stream)
         return ack, batch

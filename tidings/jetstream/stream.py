@@ -454,7 +454,7 @@ class Stream:
         A mirror's copy (sourcing.py) comes with its origin's time and sequence (`at_seq`):
         stored as it is, its publish headers not judged again. A publish's headers are
         judged in the reference's order (see _judge)."""
-        cfg = self.config
+        cfg = self._config
         if self._input is not None:
             subject = _mapped(self._input, subject)
         fields = jetstream_fields(headers) if headers else {}
@@ -508,7 +508,10 @@ class Stream:
                         self.name, msg.seq, exc)
         if self.stored is not None:
             self.stored(self, msg)
-        return {"stream": self.name, "seq": msg.seq, **self._domain()}
+        ack = {"stream": cfg["name"], "seq": msg.seq}
+        if self.domain:
+            ack["domain"] = self.domain
+        return ack
 
     def _domain(self) -> dict[str, str]:
         return {"domain": self.domain} if self.domain else {}
