@@ -489,7 +489,9 @@ class Stream:
         if self._republish is not None and self.republished is not None and \
                 subject_matches(self._republish.source, subject):
             self._publish_again(msg, last_on_subject)
-        store.enforce(cfg["max_msgs"], cfg["max_bytes"], 0, cfg["max_msgs_per_subject"], subject)
+        if cfg["max_msgs"] > 0 or cfg["max_bytes"] > 0 or cfg["max_msgs_per_subject"] > 0:
+            store.enforce(cfg["max_msgs"], cfg["max_bytes"], 0, cfg["max_msgs_per_subject"],
+                          subject)
         if ttl > 0:
             heapq.heappush(self.ttls, (msg.ts + ttl * NS, msg.seq))
         elif ttl < 0:

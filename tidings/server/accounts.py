@@ -516,7 +516,8 @@ def frame_message(frame: Frame, plain: Headerless | None) -> tuple[bytes | None,
     """(headers or None, payload) of a message as routing carries it: its parts, kept
     beside the frame, when it has headers; else the payload of its MSG frame."""
     if plain is not None:
-        return plain.parts()
+        data, hdr_len = plain.data, plain.hdr_len
+        return data[:hdr_len], data[hdr_len:]
     _, tail, big, _ = frame
     return None, big if big is not None else tail[tail.index(b"\r\n") + 2:-2]
 

@@ -101,11 +101,6 @@ class Headerless:
                                             self.data[self.hdr_len:])
         return frame
 
-    def parts(self) -> tuple[bytes, bytes]:
-        """(headers, payload)."""
-        hdr_len, data = self.hdr_len, self.data
-        return data[:hdr_len], data[hdr_len:]
-
     def renamed(self, subject: bytes, new_subject: bytes) -> Headerless:
         """As accounts.reframe renames the HMSG frame: `new_subject` instead of the subject
         it carries if that is `subject` (the one it was routed by)."""
