@@ -54,8 +54,10 @@ _REASONS = {
     "Unknown Protocol Operation": "Parse Error",
 }
 
-# b"<n>\r\n" for common sizes: formatting costs more than the rest of a small frame.
+# b"<n>\r\n" for common sizes: formatting costs more than the rest of a small frame; and an
+# HMSG's b"<header size> " before it.
 _SIZE_LINES = [b"%d\r\n" % n for n in range(4096)]
+_HDR_SIZES = [b"%d " % n for n in range(4096)]
 
 
 def msg_frame(
@@ -66,7 +68,8 @@ def msg_frame(
     `data` is the payload, or headers + payload for HMSG (hdr_len >= 0)."""
     size = len(data)
     if hdr_len >= 0:
-        sizes = b"%d %d\r\n" % (hdr_len, size)
+        sizes = _HDR_SIZES[hdr_len] + _SIZE_LINES[size] if size < 4096 else \
+            b"%d %d\r\n" % (hdr_len, size)
     elif size < 4096:
         sizes = _SIZE_LINES[size]
     else:
