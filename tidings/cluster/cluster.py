@@ -20,7 +20,7 @@ from ..oserrors import listen_error
 from ..redact import redact_url
 from ..server.accounts import Account
 from ..server.binding import listener_urls, listening_socket
-from ..server.connection import Connection, Frame
+from ..server.connection import Connection, Frame, Headerless
 from ..server.listeners import Listener
 from ..server.server import local_ips
 from ..server.sublist import RemoteInterest, Subscription
@@ -490,7 +490,7 @@ class Cluster(Listener):
         subject: bytes,
         reply: bytes | None,
         frame: Frame,
-        plain_frame: Frame | None,
+        plain_frame: Headerless | None,
         remote: RemoteInterest,
         deliver: Callable[..., bool],
         account: Account,

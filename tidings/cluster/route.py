@@ -29,7 +29,7 @@ from ..protocol.parser import ClientOpParser, decode_json
 from ..protocol.subjects import is_valid_subscription
 from ..redact import redact_url
 from ..server.accounts import Account
-from ..server.connection import Connection, Frame, msg_frame
+from ..server.connection import Connection, Frame, Headerless, msg_frame
 from ..server.sublist import EMPTY_RESULT, Subscription
 
 if TYPE_CHECKING:
@@ -335,7 +335,7 @@ class RouteConnection(Connection):
                 return
         if hdr_len >= 0:
             frame = msg_frame(b"HMSG ", subject, reply, data, hdr_len)
-            plain: Frame | None = msg_frame(b"MSG ", subject, reply, data[hdr_len:])
+            plain: Headerless | None = Headerless(subject, reply, data, hdr_len)
         else:
             frame = msg_frame(b"MSG ", subject, reply, data)
             plain = None
@@ -356,7 +356,7 @@ class RouteConnection(Connection):
         queue_subs: list[Subscription] | None,
         subject: bytes,
         frame: Frame,
-        plain_frame: Frame | None,
+        plain_frame: Headerless | None,
         reply: bytes | None,
         account: Account,
     ) -> None:
@@ -371,7 +371,7 @@ class RouteConnection(Connection):
                     deliver(None, sub, frame, plain_frame)
             return
         if plain_frame is not None and not self.headers:
-            frame, plain_frame = plain_frame, None
+            frame, plain_frame = plain_frame.frame(), None
         _, tail, big, size = frame
         op = account.rmsg if plain_frame is None else account.hmsg
         if queue_subs:

@@ -14,13 +14,14 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..config.accounts import JetStreamLimits
 from ..protocol.subjects import subject_matches
 from ..server import godecode
 from ..server.accounts import Account, publish_internal, subscribe_internal
-from ..server.connection import msg_frame
+from ..server.connection import Headerless, msg_frame
 from ..server.gojson import parse_go_time
 from . import errors, limits, schemas, sourcing
 from .consumer import Consumer, ephemeral_name
@@ -699,8 +700,9 @@ class JetStream:
                  data: bytes) -> None:
             subj, rep = subject.encode(), reply.encode() if reply else None
             if headers:
-                frame = msg_frame(b"HMSG ", subj, rep, headers + data, len(headers))
-                plain = msg_frame(b"MSG ", subj, rep, data)
+                whole = headers + data
+                frame = msg_frame(b"HMSG ", subj, rep, whole, len(headers))
+                plain: Headerless | None = Headerless(subj, rep, whole, len(headers))
             else:
                 frame, plain = msg_frame(b"MSG ", subj, rep, data), None
             server.route(None, target.encode(), rep, frame, plain, None, account)
@@ -808,7 +810,7 @@ class JetStream:
         for subject in stream.config.get("subjects", []):
             stream.subs.append(subscribe_internal(
                 self.server.accounts, account, subject.encode(),
-                lambda *a, s=stream: self._capture(account, s, *a)))
+                partial(self._capture, account, stream)))
         streams = self.streams.get(account, {})
         self.copier.attach(account, stream, streams)
         self.copier.origin_added(account, stream)
@@ -852,7 +854,8 @@ class JetStream:
         batch = self._batch(stream)  # a file stream: written, then acknowledged, at flush
         limits.check_publish(self.limits(account), self.streams[account].values(),
                              stream.config["storage"], size)
-        ack = stream.publish(subject, headers, data, **(how or {}))
+        ack = stream.publish(subject, headers, data) if how is None else \
+            stream.publish(subject, headers, data, **how)
         if stream.ttls or stream.config["max_age"]:
             self._arm_expiry(stream)
         return ack, batch

@@ -454,7 +454,7 @@ class Stream:
         A mirror's copy (sourcing.py) comes with its origin's time and sequence (`at_seq`):
         stored as it is, its publish headers not judged again. A publish's headers are
         judged in the reference's order (see _judge)."""
-        cfg = self.config
+        cfg = self._config
         if self._input is not None:
             subject = _mapped(self._input, subject)
         fields = jetstream_fields(headers) if headers else {}
@@ -489,7 +489,9 @@ class Stream:
         if self._republish is not None and self.republished is not None and \
                 subject_matches(self._republish.source, subject):
             self._publish_again(msg, last_on_subject)
-        store.enforce(cfg["max_msgs"], cfg["max_bytes"], 0, cfg["max_msgs_per_subject"], subject)
+        if cfg["max_msgs"] > 0 or cfg["max_bytes"] > 0 or cfg["max_msgs_per_subject"] > 0:
+            store.enforce(cfg["max_msgs"], cfg["max_bytes"], 0, cfg["max_msgs_per_subject"],
+                          subject)
         if ttl > 0:
             heapq.heappush(self.ttls, (msg.ts + ttl * NS, msg.seq))
         elif ttl < 0:
@@ -508,7 +510,10 @@ class Stream:
                         self.name, msg.seq, exc)
         if self.stored is not None:
             self.stored(self, msg)
-        return {"stream": self.name, "seq": msg.seq, **self._domain()}
+        ack = {"stream": cfg["name"], "seq": msg.seq}
+        if self.domain:
+            ack["domain"] = self.domain
+        return ack
 
     def _domain(self) -> dict[str, str]:
         return {"domain": self.domain} if self.domain else {}

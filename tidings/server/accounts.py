@@ -45,7 +45,7 @@ from ..config.accounts import (
 from ..protocol.subjects import is_subset
 from ..protocol.transform import Transform, TransformError, prefixed
 from .clientinfo import client_info
-from .connection import msg_frame
+from .connection import Headerless, msg_frame
 from .latency import Measure, sampled
 from .sublist import Sublist, Subscription
 
@@ -165,21 +165,24 @@ class Relay:
         # listens(subject, depth) -> whether a message on subject would reach anyone there
         # (a stream import: its account's interest; others: always)
         self.listens: Callable[[str, int], bool] | None = None
-        # carry(pub, subject, reply, frame, plain_frame, hops) -> delivered anywhere
+        # carry(pub, subject, reply, frame, plain, hops) -> delivered anywhere
         self.carry = carry
         # Whether it carries messages that came over a route too: a stream import's and a
         # response's do; a service import's requests are relayed on the server they entered.
         self.routed = routed
 
 
-def reframe(frame: Frame, subject: bytes, new_subject: bytes) -> Frame:
-    """`frame`, routed by `subject`, for `new_subject`: the subject it carries renamed if it
-    is the one it was routed by (a JetStream delivery, routed by its deliver subject,
-    carries the message's stored subject, and keeps it)."""
+def reframe(frame: Frame, plain: Headerless | None, subject: bytes, new_subject: bytes
+            ) -> tuple[Frame, Headerless | None]:
+    """A message's frames, routed by `subject`, for `new_subject`: the subject they carry
+    renamed if it is the one they were routed by (a JetStream delivery, routed by its
+    deliver subject, carries the message's stored subject, and keeps it)."""
+    if plain is not None:
+        plain = plain.renamed(subject, new_subject)
     head, tail, big, size = frame
     if not (head.endswith(subject) and head[len(head) - len(subject) - 1] == 32):
-        return frame
-    return head[: len(head) - len(subject)] + new_subject, tail, big, size
+        return frame, plain
+    return (head[: len(head) - len(subject)] + new_subject, tail, big, size), plain
 
 
 def rereply(frame: Frame, reply: bytes | None, new_reply: bytes | None) -> Frame:
@@ -196,7 +199,8 @@ REQUEST_INFO = b"Nats-Request-Info"
 
 
 def request_frames(pub: Connection | None, subject: bytes, reply: bytes | None,
-                   headers: bytes | None, payload: bytes, share: bool) -> tuple[Frame, Frame | None]:
+                   headers: bytes | None, payload: bytes, share: bool
+                   ) -> tuple[Frame, Headerless | None]:
     """A request carried by a service import, on `subject` with `reply`, as the exporter
     gets it: with a `Nats-Request-Info` header naming the requester's account and its
     round trip time (all about it, with the server, when the import `share`s), as the
@@ -210,8 +214,9 @@ def request_frames(pub: Connection | None, subject: bytes, reply: bytes | None,
             headers = headers[:-2] + line + b"\r\n\r\n"
     if headers is None:
         return msg_frame(b"MSG ", subject, reply, payload), None
-    return (msg_frame(b"HMSG ", subject, reply, headers + payload, len(headers)),
-            msg_frame(b"MSG ", subject, reply, payload))
+    data = headers + payload
+    return (msg_frame(b"HMSG ", subject, reply, data, len(headers)),
+            Headerless(subject, reply, data, len(headers)))
 
 
 class Accounts:
@@ -389,12 +394,10 @@ class Accounts:
         route = self.server.route
 
         def carry(pub: Connection | None, subj: bytes, reply: bytes | None, frame: Frame,
-                  plain: Frame | None, hops: int) -> bool:
+                  plain: Headerless | None, hops: int) -> bool:
             if transform is not None:
                 new = transform.apply(subj)
-                frame = reframe(frame, subj, new)
-                if plain is not None:
-                    plain = reframe(plain, subj, new)
+                frame, plain = reframe(frame, plain, subj, new)
                 subj = new
             # Not to the routes: each server carries the exporter's messages to its own
             # subscribers (the relay's interest in the exporting account brings them there).
@@ -420,14 +423,14 @@ class Accounts:
         route = self.server.route
 
         def carry(pub: Connection | None, subj: bytes, reply: bytes | None, frame: Frame,
-                  plain: Frame | None, hops: int) -> bool:
+                  plain: Headerless | None, hops: int) -> bool:
             new = transform.apply(subj) if transform is not None else subj
             if source.mappings is not None:
                 # As the reference: the exporting account's mappings apply to the request.
                 mapped = source.mappings.select(new)
                 if mapped is not None:
                     new = mapped
-            headers, payload = frame_message(frame)
+            headers, payload = frame_message(frame, plain)
             if reply:
                 measure = None
                 if export.response_type == "Singleton" and sampled(export.latency, headers):
@@ -453,7 +456,8 @@ class Accounts:
         return mapped
 
     def _respond(self, source: Account, pub: Connection | None, subj: bytes,
-                 reply: bytes | None, frame: Frame, plain: Frame | None, hops: int) -> bool:
+                 reply: bytes | None, frame: Frame, plain: Headerless | None,
+                 hops: int) -> bool:
         response = source.responses.get(subj)
         if response is None:
             return False
@@ -464,9 +468,7 @@ class Accounts:
         if response.measure is not None and response.export.latency is not None:
             self._report_latency(source, response, pub)
         new = response.reply
-        frame = reframe(frame, subj, new)
-        if plain is not None:
-            plain = reframe(plain, subj, new)
+        frame, plain = reframe(frame, plain, subj, new)
         return self.server.route(pub, new, reply, frame, plain, None, response.dest, True, hops)
 
     def _report_latency(self, source: Account, response: Response,
@@ -510,19 +512,14 @@ class Accounts:
 Handler = Callable[[bytes, "bytes | None", "bytes | None", bytes], "bool | None"]
 
 
-def frame_message(frame: Frame) -> tuple[bytes | None, bytes]:
-    """(headers or None, payload) of a MSG/HMSG frame (as routing carries it)."""
-    head, tail, big, _ = frame
-    eol = tail.index(b"\r\n")
-    if big is not None:
-        data = big
-    else:
-        data = tail[eol + 2:-2]
-    if not head.startswith(b"HMSG "):
-        return None, data
-    sizes = tail[:eol].rsplit(b" ", 2)
-    hdr_len = int(sizes[-2])
-    return data[:hdr_len], data[hdr_len:]
+def frame_message(frame: Frame, plain: Headerless | None) -> tuple[bytes | None, bytes]:
+    """(headers or None, payload) of a message as routing carries it: its parts, kept
+    beside the frame, when it has headers; else the payload of its MSG frame."""
+    if plain is not None:
+        data, hdr_len = plain.data, plain.hdr_len
+        return data[:hdr_len], data[hdr_len:]
+    _, tail, big, _ = frame
+    return None, big if big is not None else tail[tail.index(b"\r\n") + 2:-2]
 
 
 def subscribe_internal(accounts: Accounts, account: Account, subject: bytes,
@@ -535,11 +532,11 @@ def subscribe_internal(accounts: Accounts, account: Account, subject: bytes,
     one the message carries, not the one it was routed by (a push consumer's delivery
     carries its stored subject)."""
     def carry(pub: Connection | None, subj: bytes, reply: bytes | None, frame: Frame,
-              plain: Frame | None, hops: int) -> bool:
+              plain: Headerless | None, hops: int) -> bool:
         if carried:
             head = frame[0]
             subj = head[head.index(b" ") + 1:]
-        headers, payload = frame_message(frame)
+        headers, payload = frame_message(frame, plain)
         try:
             if with_client:
                 taken = handler(pub, subj, reply, headers, payload)  # type: ignore[call-arg]
@@ -568,8 +565,9 @@ def publish_internal(server: Server, account: Account, subject: bytes, payload: 
         frame = msg_frame(b"MSG ", subject, reply, payload)
         plain = None
     else:
-        frame = msg_frame(b"HMSG ", subject, reply, headers + payload, len(headers))
-        plain = msg_frame(b"MSG ", subject, reply, payload)
+        data = headers + payload
+        frame = msg_frame(b"HMSG ", subject, reply, data, len(headers))
+        plain = Headerless(subject, reply, data, len(headers))
     delivered = server.route(None, subject, reply, frame, plain, None, account)
     if flush and server.reader is None:
         server.flush()

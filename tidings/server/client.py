@@ -28,7 +28,7 @@ from ..protocol.errors import (
 from ..protocol.parser import ClientOpParser
 from ..protocol.subjects import has_wildcard, is_valid_subscription
 from .auth import ANONYMOUS, Login, PasswordCheck, Replies, Rights
-from .connection import Connection, msg_frame
+from .connection import Connection, Headerless, msg_frame
 from .sublist import EMPTY_RESULT, Subscription
 
 if TYPE_CHECKING:
@@ -125,7 +125,9 @@ _NEVER_UNROUTED: dict[bytes, Any] = {}
 PubHandler = Callable[[bytes, bytes | None, bytes], None]
 # Replies a client may not give, each from a length on (the reference's isReservedReply).
 _RESERVED_REPLIES = ((b"_R_.", 4), (b"$JS.ACK.", 9), (b"_GR_.", 6))
-_RESERVED_FIRST = frozenset(prefix[0] for prefix, _ in _RESERVED_REPLIES)
+# Their prefixes: one test tells a reply that may be reserved (only such a one pays for the
+# full check; not the common `_INBOX.` one).
+_RESERVED_PREFIXES = tuple(prefix for prefix, _ in _RESERVED_REPLIES)
 
 # The first server PING after CONNECT.
 FIRST_PING_INTERVAL = 2.0
@@ -514,7 +516,7 @@ class ClientConnection(Connection):
             self.queue(OK)
 
     def on_pub(self, subject: bytes, reply: bytes | None, payload: bytes) -> None:
-        if reply and reply[0] in _RESERVED_FIRST and self.reserved_reply(reply):
+        if reply and reply.startswith(_RESERVED_PREFIXES) and self.reserved_reply(reply):
             return
         if self.verbose:
             self.queue(OK)
@@ -545,7 +547,7 @@ class ClientConnection(Connection):
             subject = self.mapped(subject, trace)  # (after the trace began: it names the published)
         if self.rights is not None and not self.may_publish(subject, trace):
             return
-        if reply and reply[0] in _RESERVED_FIRST and self.reserved_reply(reply, trace):
+        if reply and reply.startswith(_RESERVED_PREFIXES) and self.reserved_reply(reply, trace):
             return
         if self.verbose:
             self.queue(OK)
@@ -556,7 +558,7 @@ class ClientConnection(Connection):
             subject,
             reply,
             msg_frame(b"HMSG ", subject, reply, data, hdr_len),
-            msg_frame(b"MSG ", subject, reply, data[hdr_len:]),
+            Headerless(subject, reply, data, hdr_len),
             trace,
         )
         if trace is not None:

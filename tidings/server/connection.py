@@ -54,8 +54,10 @@ _REASONS = {
     "Unknown Protocol Operation": "Parse Error",
 }
 
-# b"<n>\r\n" for common sizes: formatting costs more than the rest of a small frame.
+# b"<n>\r\n" for common sizes: formatting costs more than the rest of a small frame; and an
+# HMSG's b"<header size> " before it.
 _SIZE_LINES = [b"%d\r\n" % n for n in range(4096)]
+_HDR_SIZES = [b"%d " % n for n in range(4096)]
 
 
 def msg_frame(
@@ -66,7 +68,8 @@ def msg_frame(
     `data` is the payload, or headers + payload for HMSG (hdr_len >= 0)."""
     size = len(data)
     if hdr_len >= 0:
-        sizes = b"%d %d\r\n" % (hdr_len, size)
+        sizes = _HDR_SIZES[hdr_len] + _SIZE_LINES[size] if size < 4096 else \
+            b"%d %d\r\n" % (hdr_len, size)
     elif size < 4096:
         sizes = _SIZE_LINES[size]
     else:
@@ -76,6 +79,37 @@ def msg_frame(
     if size >= BIG_PAYLOAD:
         return op + subject, sizes, data, size
     return op + subject, sizes + data + b"\r\n", None, size
+
+
+class Headerless:
+    """A message with headers as a receiver that did not ask for headers gets it: MSG with
+    the payload alone. Routing carries it beside the HMSG frame (see Server.route); it
+    holds what that frame is made of, and makes the frame when a delivery first needs it
+    (most receivers take headers, and the server's own subscriptions take the parts)."""
+
+    __slots__ = ("subject", "reply", "data", "hdr_len", "_frame")
+
+    def __init__(self, subject: bytes, reply: bytes | None, data: bytes, hdr_len: int) -> None:
+        self.subject = subject  # the subject the HMSG frame carries
+        self.reply = reply
+        self.data = data  # headers + payload, as the HMSG frame carries them
+        self.hdr_len = hdr_len
+        self._frame: Frame | None = None
+
+    def frame(self) -> Frame:
+        """The message as MSG (made once)."""
+        frame = self._frame
+        if frame is None:
+            frame = self._frame = msg_frame(b"MSG ", self.subject, self.reply,
+                                            self.data[self.hdr_len:])
+        return frame
+
+    def renamed(self, subject: bytes, new_subject: bytes) -> Headerless:
+        """As accounts.reframe renames the HMSG frame: `new_subject` instead of the subject
+        it carries if that is `subject` (the one it was routed by)."""
+        if self.subject != subject:
+            return self
+        return Headerless(new_subject, self.reply, self.data, self.hdr_len)
 
 
 class Connection(asyncio.Protocol):

@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.subjects import is_valid_literal_subject, is_valid_subject
-from .connection import msg_frame
+from .connection import Headerless, msg_frame
 from .gojson import go_json, go_time
 from .server import NATS_VERSION
 
@@ -148,7 +148,8 @@ class MsgTrace:
         self.events.append(egress)
 
     def deliver(
-        self, pub: ClientConnection, sub: Subscription, frame: Frame, plain_frame: Frame | None
+        self, pub: ClientConnection, sub: Subscription, frame: Frame,
+        plain_frame: Headerless | None
     ) -> bool:
         """Deliver (unless trace-only) and record the egress, checks in the reference's order.
         A trace-only message counts as delivered (a queue group stops at its first member)."""
@@ -196,10 +197,11 @@ class MsgTrace:
         elif encoding == "snappy":
             body = snappy_framed(body)
         hdr = b"NATS/1.0\r\nContent-Encoding: %s\r\n\r\n" % encoding.encode()
+        data = hdr + body
         server.route(
             None, dest, None,
-            msg_frame(b"HMSG ", dest, None, hdr + body, len(hdr)),
-            msg_frame(b"MSG ", dest, None, body),
+            msg_frame(b"HMSG ", dest, None, data, len(hdr)),
+            Headerless(dest, None, data, len(hdr)),
             None, self.account,
         )
 

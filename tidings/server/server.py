@@ -22,7 +22,7 @@ from . import flow
 from .accounts import MAX_RELAY_HOPS, Account, Accounts
 from .auth import Authenticator, Bcrypt, granting, new_nonce
 from .client import ClientConnection
-from .connection import Connection, Frame
+from .connection import Connection, Frame, Headerless
 from .listeners import ClientPort, Listener, MonitorPort
 from .portsfile import PortsFile
 from .sublist import Sublist, Subscription
@@ -513,7 +513,7 @@ class Server:
         subject: bytes,
         reply: bytes | None,
         frame: Frame,
-        plain_frame: Frame | None,
+        plain_frame: Headerless | None,
         trace: MsgTrace | None = None,
         account: Account | None = None,
         forward: bool = True,
@@ -523,7 +523,8 @@ class Server:
         of `account` (the publisher's unless given); True if it went anywhere.
 
         `plain_frame` is the message as MSG without headers, for receivers that did not
-        announce header support (None when `frame` has no headers). A traced message is
+        announce header support, made only if one needs it (None exactly when `frame` has
+        no headers; see connection.Headerless). A traced message is
         delivered through `trace`, which records each egress (see msgtrace.py). `pub` is
         None for the server's own messages (trace events). A message an import carried
         here (accounts.py) has crossed `hops` relays, and goes to the routes if `forward`.
@@ -563,7 +564,7 @@ class Server:
         subject: bytes,
         reply: bytes | None,
         frame: Frame,
-        plain_frame: Frame | None,
+        plain_frame: Headerless | None,
         queues: Container[bytes] = (),
         direct: Subscription | None = None,
         account: Account | None = None,
@@ -609,7 +610,7 @@ class Server:
         pub: Connection | None,
         group: tuple[Subscription, ...],
         frame: Frame,
-        plain_frame: Frame | None,
+        plain_frame: Headerless | None,
         deliver: Callable[..., bool],
     ) -> bool:
         """Deliver to one member of a queue group, taking turns; False if none would."""
@@ -622,13 +623,14 @@ class Server:
         return False
 
     def _deliver(
-        self, pub: Connection | None, sub: Subscription, frame: Frame, plain_frame: Frame | None
+        self, pub: Connection | None, sub: Subscription, frame: Frame,
+        plain_frame: Headerless | None
     ) -> bool:
         client = sub.client
         if client.closed or sub.closed or (client is pub and not pub.echo):
             return False
         if plain_frame is not None and not client.headers:
-            frame = plain_frame
+            frame = plain_frame.frame()
         head, tail, big, size = frame
         out = client.out
         if not out:

@@ -11,6 +11,12 @@ routing path reads `cache` itself and calls `compute` on a miss). The
 cached subjects are indexed by token in a second trie, so an insert or remove drops exactly
 the entries it affects by walking its pattern through that trie: its cost follows the
 entries it matches, never the size of the cache.
+
+A subject used once (a request's or a PubAck's reply, `<inbox>.<n>`) is not cached, but
+what the wildcard subscriptions give it is, by the subject without its last token: the
+trie gives every `<prefix>.<token>` the same subscriptions unless `<token>` is the last
+token of a wildcard subscription (`a.*.c`) or the subject is subscribed to literally too,
+so such a subject costs a few dict lookups instead of a walk of the trie (`_by_prefix`).
 """
 
 from __future__ import annotations
@@ -204,6 +210,11 @@ class Sublist:
         self.cache: dict[bytes, Result] = {}  # the same dict for the server's lifetime
         self._cached = _CacheIndex()
         self._seen: dict[bytes, None] = {}  # subjects computed once, not cached yet
+        # The trie's result for `<prefix>.<token>`, by prefix, for a token that is no
+        # wildcard subscription's last token (those counted in `_last_tokens`); dropped
+        # whenever a wildcard subscription comes or goes (see _by_prefix).
+        self._prefixes: dict[bytes, Result] = {}
+        self._last_tokens: dict[bytes, int] = {}
         self.count = 0
         # For /subsz: subscriptions ever inserted and removed, results computed (cache
         # misses), and lookups through match (the routing path's are its messages).
@@ -230,7 +241,10 @@ class Sublist:
                 node.fwc[sub] = None
             else:
                 self._child(node, last).subs[sub] = None
+                if last != b"*":
+                    self._last_tokens[last] = self._last_tokens.get(last, 0) + 1
             self._wildcards += 1
+            self._prefixes.clear()
         else:
             bucket = self._literal.get(subject)
             if bucket is None:
@@ -260,8 +274,11 @@ class Sublist:
     def reweigh(self, sub: Subscription, weight: int) -> None:
         """A remote queue subscription now stands for `weight` members."""
         sub.weight = weight
+        wildcard = has_wildcard(sub.subject)
+        if wildcard:
+            self._prefixes.clear()
         if self.cache:
-            self._invalidate(sub.subject, has_wildcard(sub.subject))
+            self._invalidate(sub.subject, wildcard)
 
     def remove_batch(self, subs: list[Subscription]) -> None:
         """Remove many subscriptions (a closing connection's) at once. Past a handful, the
@@ -304,6 +321,11 @@ class Sublist:
                 return None
             self._prune(path, node)
             self._wildcards -= 1
+            self._prefixes.clear()
+            if last != b">" and last != b"*":
+                left = self._last_tokens.pop(last) - 1
+                if left:
+                    self._last_tokens[last] = left
             self._uncount(sub)
             return True
         bucket = self._literal.get(subject)
@@ -333,25 +355,29 @@ class Sublist:
         """The result for `subject` from the index (not in `cache`), cached the second time
         it is asked for."""
         self.computed += 1
-        plain: list[Subscription] = []
-        groups: dict[bytes, list[Subscription]] = {}
-        literal = self._literal.get(subject)
         indexed = True
-        if not subject or subject[0] == 46 or subject[-1] == 46 or b".." in subject:
-            # A subject with an empty token matches nothing, as in the reference.
-            indexed = False
-        elif self._wildcards:
-            _match_trie(self._root, subject.split(b"."), literal, plain, groups)
-        elif literal:
-            _collect(literal, plain, groups)
-        if self.guarded and (plain or groups):
-            plain, groups = _admitted(subject, plain, groups)
-        if self.remote_count:
-            result = split_remote(plain, groups)
-        elif plain or groups:
-            result = (tuple(plain), tuple(tuple(g) for g in groups.values()), None)
-        else:
-            result = EMPTY_RESULT
+        result = self._by_prefix(subject) if self._prefixes else None
+        if result is None:
+            plain: list[Subscription] = []
+            groups: dict[bytes, list[Subscription]] = {}
+            literal = self._literal.get(subject)
+            if not subject or subject[0] == 46 or subject[-1] == 46 or b".." in subject:
+                # A subject with an empty token matches nothing, as in the reference.
+                indexed = False
+            elif self._wildcards:
+                _match_trie(self._root, subject.split(b"."), literal, plain, groups)
+            elif literal:
+                _collect(literal, plain, groups)
+            if self.guarded and (plain or groups):
+                plain, groups = _admitted(subject, plain, groups)
+            if self.remote_count:
+                result = split_remote(plain, groups)
+            elif plain or groups:
+                result = (tuple(plain), tuple(tuple(g) for g in groups.values()), None)
+            else:
+                result = EMPTY_RESULT
+            if indexed and self._wildcards and literal is None and not self.guarded:
+                self._keep_prefix(subject, result)
         seen = self._seen
         if subject not in seen:  # cached the second time it is asked for: a subject used
             seen[subject] = None  # once (an ack's, a request's inbox) does not crowd out
@@ -366,6 +392,30 @@ class Sublist:
         if indexed:
             self._cached.add(subject)
         return result
+
+    def _by_prefix(self, subject: bytes) -> Result | None:
+        """The result for `subject` kept by its prefix (None: compute it): the trie's,
+        where neither its last token nor a literal subscription to it changes that."""
+        dot = subject.rfind(46)
+        if dot <= 0:
+            return None
+        result = self._prefixes.get(subject[:dot])
+        if result is None or subject[dot + 1:] in self._last_tokens or \
+                subject in self._literal or dot == len(subject) - 1:
+            return None
+        return result
+
+    def _keep_prefix(self, subject: bytes, result: Result) -> None:
+        """Keep the trie's `result` for `subject` (a valid one, subscribed to by wildcards
+        alone, none with a guard) by its prefix, if its last token is no wildcard
+        subscription's."""
+        dot = subject.rfind(46)
+        if dot <= 0 or subject[dot + 1:] in self._last_tokens:
+            return
+        prefixes = self._prefixes
+        if len(prefixes) >= MAX_CACHE:
+            prefixes.clear()
+        prefixes[subject[:dot]] = result
 
     def stats(self, routed: int) -> dict[str, Any]:
         """/subsz's numbers, as the reference's SublistStats: `routed`, the messages routed

@@ -120,7 +120,7 @@ def traced_deliver(server: Server) -> Callable[..., bool]:
         if client.is_route or getattr(client, "internal", False):
             return True  # (the process's own client is not traced, as the reference's)
         if plain_frame is not None and not client.headers:
-            frame = plain_frame
+            frame = plain_frame.frame()
         head, tail, big, size = frame
         line = (head + sub.sid_sp + tail).split(b"\r\n", 1)
         payload = big if big is not None else line[1][:-2] if len(line) > 1 else b""
