@@ -13,10 +13,11 @@ the entries it affects by walking its pattern through that trie: its cost follow
 entries it matches, never the size of the cache.
 
 A subject used once (a request's or a PubAck's reply, `<inbox>.<n>`) is not cached, but
-what the wildcard subscriptions give it is, by the subject without its last token: the
-trie gives every `<prefix>.<token>` the same subscriptions unless `<token>` is the last
-token of a wildcard subscription (`a.*.c`) or the subject is subscribed to literally too,
-so such a subject costs a few dict lookups instead of a walk of the trie (`_by_prefix`).
+what the wildcard subscriptions give it is, by the subject without its last token, when a
+`*` took that token (`<inbox>.*`): the trie gives every `<prefix>.<token>` the same
+subscriptions unless `<token>` is the last token of a wildcard subscription (`a.*.c`) or
+the subject is subscribed to literally too, so such a subject costs a few dict lookups
+instead of a walk of the trie (`_by_prefix`).
 """
 
 from __future__ import annotations
@@ -214,6 +215,7 @@ class Sublist:
         # wildcard subscription's last token (those counted in `_last_tokens`); dropped
         # whenever a wildcard subscription comes or goes (see _by_prefix).
         self._prefixes: dict[bytes, Result] = {}
+        self._heads: set[int] = set()  # their first bytes (a subject of none is not looked up)
         self._last_tokens: dict[bytes, int] = {}
         self.count = 0
         # For /subsz: subscriptions ever inserted and removed, results computed (cache
@@ -244,7 +246,7 @@ class Sublist:
                 if last != b"*":
                     self._last_tokens[last] = self._last_tokens.get(last, 0) + 1
             self._wildcards += 1
-            self._prefixes.clear()
+            self._drop_prefixes()
         else:
             bucket = self._literal.get(subject)
             if bucket is None:
@@ -276,7 +278,7 @@ class Sublist:
         sub.weight = weight
         wildcard = has_wildcard(sub.subject)
         if wildcard:
-            self._prefixes.clear()
+            self._drop_prefixes()
         if self.cache:
             self._invalidate(sub.subject, wildcard)
 
@@ -321,7 +323,7 @@ class Sublist:
                 return None
             self._prune(path, node)
             self._wildcards -= 1
-            self._prefixes.clear()
+            self._drop_prefixes()
             if last != b">" and last != b"*":
                 left = self._last_tokens.pop(last) - 1
                 if left:
@@ -356,16 +358,17 @@ class Sublist:
         it is asked for."""
         self.computed += 1
         indexed = True
-        result = self._by_prefix(subject) if self._prefixes else None
+        result = self._by_prefix(subject) if subject and subject[0] in self._heads else None
         if result is None:
             plain: list[Subscription] = []
             groups: dict[bytes, list[Subscription]] = {}
             literal = self._literal.get(subject)
+            last_star = False
             if not subject or subject[0] == 46 or subject[-1] == 46 or b".." in subject:
                 # A subject with an empty token matches nothing, as in the reference.
                 indexed = False
             elif self._wildcards:
-                _match_trie(self._root, subject.split(b"."), literal, plain, groups)
+                last_star = _match_trie(self._root, subject.split(b"."), literal, plain, groups)
             elif literal:
                 _collect(literal, plain, groups)
             if self.guarded and (plain or groups):
@@ -376,7 +379,7 @@ class Sublist:
                 result = (tuple(plain), tuple(tuple(g) for g in groups.values()), None)
             else:
                 result = EMPTY_RESULT
-            if indexed and self._wildcards and literal is None and not self.guarded:
+            if last_star and literal is None and not self.guarded:
                 self._keep_prefix(subject, result)
         seen = self._seen
         if subject not in seen:  # cached the second time it is asked for: a subject used
@@ -396,26 +399,28 @@ class Sublist:
     def _by_prefix(self, subject: bytes) -> Result | None:
         """The result for `subject` kept by its prefix (None: compute it): the trie's,
         where neither its last token nor a literal subscription to it changes that."""
-        dot = subject.rfind(46)
-        if dot <= 0:
-            return None
-        result = self._prefixes.get(subject[:dot])
-        if result is None or subject[dot + 1:] in self._last_tokens or \
-                subject in self._literal or dot == len(subject) - 1:
+        prefix, _, last = subject.rpartition(b".")
+        result = self._prefixes.get(prefix)  # (never b"": kept prefixes are valid subjects)
+        if result is None or not last or last in self._last_tokens or subject in self._literal:
             return None
         return result
 
     def _keep_prefix(self, subject: bytes, result: Result) -> None:
         """Keep the trie's `result` for `subject` (a valid one, subscribed to by wildcards
-        alone, none with a guard) by its prefix, if its last token is no wildcard
-        subscription's."""
-        dot = subject.rfind(46)
-        if dot <= 0 or subject[dot + 1:] in self._last_tokens:
+        alone, none with a guard, its last token taken by a `*`: an inbox's `<inbox>.*`,
+        whose replies share the prefix; not, say, `$JS.ACK.>`, whose acks differ in every
+        token) by its prefix, if its last token is no wildcard subscription's."""
+        prefix, _, last = subject.rpartition(b".")
+        if not prefix or last in self._last_tokens:
             return
-        prefixes = self._prefixes
-        if len(prefixes) >= MAX_CACHE:
-            prefixes.clear()
-        prefixes[subject[:dot]] = result
+        if len(self._prefixes) >= MAX_CACHE:
+            self._drop_prefixes()
+        self._prefixes[prefix] = result
+        self._heads.add(subject[0])
+
+    def _drop_prefixes(self) -> None:
+        self._prefixes.clear()
+        self._heads.clear()
 
     def stats(self, routed: int) -> dict[str, Any]:
         """/subsz's numbers, as the reference's SublistStats: `routed`, the messages routed
@@ -501,17 +506,18 @@ def _match_trie(
     literal: Bucket | None,
     plain: list[Subscription],
     groups: dict[bytes, list[Subscription]],
-) -> None:
+) -> bool:
     """Collect the subscriptions matching `tokens`, in the reference's order: at each level
     `>` subscriptions, then what matches under `*`, then on down the literal token; at the
     end the literal subscriptions (`literal`, kept outside the trie) and then the last
-    level's `*` ones.
+    level's `*` ones. Whether any of those last (a `*` took the last token).
 
     Iterative: a frame (node, i, literal, resumed) is a walk down from `node` at token i; a
     walk that meets a `*` branch pushes its own continuation (resumed) under the branch's
     walk, so the branch is collected first, as a recursive walk would.
     """
     n = len(tokens)
+    last_star = False
     stack: list[tuple[_Node, int, Bucket | None, bool]] = [(root, 0, literal, False)]
     while stack:
         node, i, literal, resumed = stack.pop()
@@ -535,9 +541,11 @@ def _match_trie(
                 pwc = node.pwc
                 if pwc is not None and pwc.subs:
                     _collect(pwc.subs, plain, groups)
+                    last_star = True
                 break
             if child is None:
                 if literal:
                     _collect(literal, plain, groups)
                 break
             node = child
+    return last_star
